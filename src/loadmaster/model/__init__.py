@@ -1,0 +1,33 @@
+"""Pure data: resources, nodes, jobs, snapshots and outcomes. No I/O, no clock."""
+
+from loadmaster.model.job import (
+    SIZE_CLASSES,
+    Job,
+    PendingJob,
+    RunningJob,
+    TaskPlacement,
+    TraceJob,
+    size_class,
+)
+from loadmaster.model.node import Node, NodeTable
+from loadmaster.model.outcome import JobTable, Timeline
+from loadmaster.model.resources import MILLI_PER_GPU, ResourceType, TaskRequest
+from loadmaster.model.snapshot import ClusterSnapshot
+
+__all__ = [
+    "MILLI_PER_GPU",
+    "SIZE_CLASSES",
+    "ClusterSnapshot",
+    "Job",
+    "JobTable",
+    "Node",
+    "NodeTable",
+    "PendingJob",
+    "ResourceType",
+    "RunningJob",
+    "TaskPlacement",
+    "TaskRequest",
+    "Timeline",
+    "TraceJob",
+    "size_class",
+]
