@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from loadmaster.model.job import PendingJob, RunningJob
 from loadmaster.model.node import NodeTable
+from loadmaster.model.resources import MILLI_PER_GPU
 
 
 @dataclass(frozen=True, eq=False)
@@ -19,25 +20,58 @@ class ClusterSnapshot:
     ``gpu_free_milli`` has shape (nodes, max_gpus): free milli-GPU of each GPU
     (1000 = wholly free, 0 = fully taken or no such GPU). ``cpu_free_milli``
     and ``memory_free_mib`` are per node. Arrays are read-only; the scheduler
-    works on its own copies. ``pending`` is in submission order.
+    works on its own copies. ``pending`` iterates in submission order.
+
+    A snapshot is valid for the cycle it was taken for: a driver may hand the
+    scheduler live read-only views rather than copies, so a scheduler must not
+    keep a snapshot past the cycle.
     """
 
     nodes: NodeTable
     gpu_free_milli: npt.NDArray[np.int64]
     cpu_free_milli: npt.NDArray[np.int64]
     memory_free_mib: npt.NDArray[np.int64]
-    running: Sequence[RunningJob]
-    pending: Sequence[PendingJob]
+    whole_free: npt.NDArray[np.int64]
+    """Wholly free GPUs per node."""
+    largest_share: npt.NDArray[np.int64]
+    """Largest free milli-GPU on any one GPU of each node."""
+    free_milli: npt.NDArray[np.int64]
+    """Free milli-GPU per node, summed over its GPUs."""
+    running: Collection[RunningJob]
+    pending: Collection[PendingJob]
+    pending_queues: frozenset[str] | None = None
+    """Names of the queues that hold pending jobs, when the driver tracks them (else computed)."""
+
+    def queues(self) -> frozenset[str]:
+        """Names of the queues that hold pending jobs."""
+        if self.pending_queues is not None:
+            return self.pending_queues
+        return frozenset(p.job.queue for p in self.pending)
 
     @classmethod
-    def empty(cls, nodes: NodeTable, pending: Sequence[PendingJob] = ()) -> ClusterSnapshot:
+    def empty(cls, nodes: NodeTable, pending: Collection[PendingJob] = ()) -> ClusterSnapshot:
         """The cluster with nothing running: every resource free."""
-        gpu_free = np.where(nodes.gpu_exists(), 1000, 0).astype(np.int64)
+        gpu_free = np.where(nodes.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
+        whole, largest, total = gpu_summary(gpu_free)
         return cls(
             nodes=nodes,
             gpu_free_milli=gpu_free,
+            whole_free=whole,
+            largest_share=largest,
+            free_milli=total,
             cpu_free_milli=nodes.cpu_milli.copy(),
             memory_free_mib=nodes.memory_mib.copy(),
             running=(),
             pending=tuple(pending),
         )
+
+
+def gpu_summary(
+    gpu_free: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Per node: wholly free GPUs, largest free share of one GPU, and free milli-GPU in total."""
+    whole = np.count_nonzero(gpu_free == MILLI_PER_GPU, axis=1).astype(np.int64)
+    if gpu_free.shape[1] == 0:
+        zeros = np.zeros(gpu_free.shape[0], dtype=np.int64)
+        return whole, zeros, zeros.copy()
+    return whole, gpu_free.max(axis=1).astype(np.int64), gpu_free.sum(axis=1).astype(np.int64)

@@ -1,0 +1,276 @@
+"""Charts comparing several policies' runs, as PNG files; plus the series both report formats draw.
+
+The series functions (:func:`wait_cdf`, :func:`size_slowdowns`,
+:func:`allocation_series`, :func:`queue_series`) are shared with the HTML
+report so that the static and the interactive charts show the same numbers.
+Figures are built as :class:`matplotlib.figure.Figure` objects, never through
+pyplot, so that no global figure state leaks between calls or threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from loadmaster.metrics import GroupStats, pool_total, summarize
+from loadmaster.model.job import SIZE_CLASSES
+from loadmaster.model.outcome import FloatArray, JobTable, Timeline
+
+Runs = Mapping[str, tuple[JobTable, Timeline]]
+"""Runs to compare, keyed by policy name, in the order they should be drawn."""
+
+MAX_POINTS = 2000
+"""Most points per drawn line: beyond this, a line adds file size but no visible detail."""
+
+MIN_WAIT_S = 1.0
+"""Waits below this are drawn at it, because a log axis cannot show a zero wait."""
+
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+"""One colour per policy, in order, shared by the PNG and HTML charts."""
+
+DPI = 110
+_SECONDS_PER_HOUR = 3600.0
+
+
+def policy_color(index: int) -> str:
+    """The colour of the ``index``-th policy (the palette repeats after ten)."""
+    return PALETTE[index % len(PALETTE)]
+
+
+@dataclass(frozen=True, slots=True)
+class StepSeries:
+    """A step function ready to draw: each value holds from its time to the next.
+
+    ``mean`` is the time-weighted mean over each drawn step and ``peak`` the
+    largest value within it, so that a short spike lost in the mean still
+    shows in the peak. Both equal the raw values when nothing was binned.
+    """
+
+    time_s: FloatArray
+    mean: FloatArray
+    peak: FloatArray
+
+
+def _step_integral(t: FloatArray, v: FloatArray, x: FloatArray) -> FloatArray:
+    """Integral of the step function (t, v) from ``t[0]`` to each ``x``."""
+    cumulative = np.concatenate(([0.0], np.cumsum(v[:-1] * np.diff(t))))
+    idx = np.clip(np.searchsorted(t, x, side="right") - 1, 0, t.size - 1)
+    return np.asarray(cumulative[idx] + v[idx] * (x - t[idx]), dtype=np.float64)
+
+
+def _bin_peaks(t: FloatArray, v: FloatArray, edges: FloatArray) -> FloatArray:
+    """Largest value of the step function within each bin [edges[i], edges[i+1])."""
+    starts = edges[:-1]
+    in_force = v[np.clip(np.searchsorted(t, starts, side="right") - 1, 0, t.size - 1)]
+    first = np.searchsorted(t, starts, side="left")
+    end = np.searchsorted(t, edges[1:], side="left")
+    nonempty = first < end
+    peaks = in_force.copy()
+    if np.any(nonempty):
+        # Consecutive non-empty bins' first samples delimit exactly each bin's samples,
+        # because the empty bins in between hold none.
+        inside = np.maximum.reduceat(v, first[nonempty])
+        peaks[nonempty] = np.maximum(in_force[nonempty], inside)
+    return peaks
+
+
+def downsample_step(time_s: npt.ArrayLike, values: npt.ArrayLike, max_points: int = MAX_POINTS) -> StepSeries:
+    """Bin a step function into at most ``max_points`` equal-time steps (mean and peak each).
+
+    Series short enough are returned unchanged. Times must be non-decreasing.
+    """
+    t = np.asarray(time_s, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    if t.size <= max_points:
+        return StepSeries(t, v, v)
+    if t[-1] <= t[0]:
+        return StepSeries(t[:1], np.array([v.mean()]), np.array([v.max()]))
+    edges = np.linspace(t[0], t[-1], max_points)
+    mean = np.diff(_step_integral(t, v, edges)) / np.diff(edges)
+    peaks = _bin_peaks(t, v, edges)
+    # The last point closes the final step at the last sample's value.
+    return StepSeries(edges, np.append(mean, v[-1]), np.append(peaks, v[-1]))
+
+
+def wait_cdf(table: JobTable, max_points: int = MAX_POINTS) -> tuple[FloatArray, FloatArray]:
+    """(wait in hours, fraction of all jobs that waited at most that long), ascending.
+
+    Jobs that never started count in the denominator only, as if they waited
+    forever, so the curve ends below 1 by their share. Waits are floored at
+    :data:`MIN_WAIT_S` for log axes; long curves keep ``max_points`` evenly
+    spaced ranks. Empty arrays when no job started.
+    """
+    waits = np.sort(np.asarray(table.wait_s, dtype=np.float64)[table.ran])
+    if waits.size == 0:
+        return np.zeros(0), np.zeros(0)
+    ranks = np.arange(waits.size)
+    if waits.size > max_points:
+        ranks = np.unique(np.linspace(0, waits.size - 1, max_points).round().astype(np.int64))
+    hours = np.maximum(waits[ranks], MIN_WAIT_S) / _SECONDS_PER_HOUR
+    return hours, (ranks + 1.0) / len(table)
+
+
+def order_size_labels(labels: Iterable[str]) -> list[str]:
+    """Size-class labels in SIZE_CLASSES order; labels it does not know go last, sorted."""
+    present = set(labels)
+    known = [label for label, _, _ in SIZE_CLASSES if label in present]
+    return known + sorted(present - set(known))
+
+
+def size_slowdowns(
+    by_size: Mapping[str, Mapping[str, GroupStats]],
+) -> tuple[list[str], dict[str, list[float]]]:
+    """Size classes present in any run, in order, and each policy's mean bounded slowdown
+    per class (NaN where the policy has no ended job of that class).
+
+    ``by_size`` maps policy name to its :attr:`RunSummary.by_size`.
+    """
+    labels = order_size_labels(label for stats in by_size.values() for label in stats)
+    values = {
+        policy: [stats[label].mean_bounded_slowdown if label in stats else float("nan") for label in labels]
+        for policy, stats in by_size.items()
+    }
+    return labels, values
+
+
+def slowdown_axis_top(values: Mapping[str, list[float]]) -> float:
+    """Upper end of a bounded-slowdown axis starting at 1: above every bar, and at least 2."""
+    finite = [v for heights in values.values() for v in heights if np.isfinite(v)]
+    return max([2.0, *(1.3 * v for v in finite)])
+
+
+def allocation_series(timeline: Timeline, max_points: int = MAX_POINTS) -> StepSeries:
+    """Allocated GPUs as a percentage of all GPUs over time (0 if the cluster has none)."""
+    samples = len(timeline.time_s)
+    capacity = float(np.sum(timeline.pool_gpus))
+    allocated = pool_total(timeline.allocated_gpus, samples)
+    percent = allocated * (100.0 / capacity) if capacity > 0 else np.zeros(samples)
+    return downsample_step(timeline.time_s, percent, max_points)
+
+
+def queue_series(timeline: Timeline, max_points: int = MAX_POINTS) -> StepSeries:
+    """Jobs waiting in all queues together over time."""
+    total = pool_total(timeline.queue_length, len(timeline.time_s))
+    return downsample_step(timeline.time_s, total, max_points)
+
+
+def _new_axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(8.0, 4.8), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="major", alpha=0.3)
+    return fig, ax
+
+
+def _save(fig: Figure, ax: Axes, path: Path) -> Path:
+    """Add a legend if anything was labelled (an empty one would warn), then write the PNG."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def plot_wait_cdf(runs: Runs, path: Path) -> Path:
+    """Wait-time CDF per policy on a log time axis."""
+    fig, ax = _new_axes("Queue wait CDF", "Wait (hours, log scale)", "Fraction of all jobs")
+    ax.set_xscale("log")
+    ax.set_ylim(0.0, 1.02)
+    for i, (policy, (table, _)) in enumerate(runs.items()):
+        hours, fraction = wait_cdf(table)
+        if hours.size:
+            ax.step(hours, fraction, where="post", label=policy, color=policy_color(i))
+    return _save(fig, ax, path)
+
+
+def plot_size_slowdowns(runs: Runs, path: Path) -> Path:
+    """Grouped bars: mean bounded slowdown per job size class and policy, log y."""
+    fig, ax = _new_axes(
+        "Mean bounded slowdown by job size",
+        "Job size (GPUs)",
+        "Mean bounded slowdown (log scale)",
+    )
+    labels, values = size_slowdowns(
+        {policy: summarize(table, timeline).by_size for policy, (table, timeline) in runs.items()}
+    )
+    x = np.arange(len(labels), dtype=np.float64)
+    width = 0.8 / max(len(values), 1)
+    for i, (policy, heights) in enumerate(values.items()):
+        h = np.asarray(heights, dtype=np.float64)
+        shown = np.isfinite(h)
+        if np.any(shown):
+            offset = (i - (len(values) - 1) / 2.0) * width
+            ax.bar(x[shown] + offset, h[shown], width, label=policy, color=policy_color(i))
+    ax.set_xticks(x, labels)
+    ax.set_yscale("log")
+    # Bars start at 1 (no slowdown), so their lengths compare; the top is set explicitly
+    # because an autoscaled axis over all-1 bars would collapse to a single value.
+    ax.set_ylim(1.0, slowdown_axis_top(values))
+    return _save(fig, ax, path)
+
+
+def _plot_steps(ax: Axes, series: StepSeries, policy: str, color: str) -> None:
+    """The binned mean as a line, with the band up to the bin peaks behind it."""
+    hours = series.time_s / _SECONDS_PER_HOUR
+    ax.fill_between(hours, series.mean, series.peak, step="post", color=color, alpha=0.2)
+    ax.step(hours, series.mean, where="post", label=policy, color=color)
+
+
+def plot_allocation(runs: Runs, path: Path) -> Path:
+    """Allocated share of the cluster's GPUs over time per policy."""
+    fig, ax = _new_axes("GPU allocation", "Time (hours)", "Allocated GPUs (% of cluster)")
+    for i, (policy, (_, timeline)) in enumerate(runs.items()):
+        series = allocation_series(timeline)
+        if series.time_s.size:
+            _plot_steps(ax, series, policy, policy_color(i))
+    return _save(fig, ax, path)
+
+
+def plot_queue_length(runs: Runs, path: Path) -> Path:
+    """Total number of waiting jobs over time per policy."""
+    fig, ax = _new_axes("Queue length", "Time (hours)", "Waiting jobs (all queues)")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for i, (policy, (_, timeline)) in enumerate(runs.items()):
+        series = queue_series(timeline)
+        if series.time_s.size:
+            _plot_steps(ax, series, policy, policy_color(i))
+    return _save(fig, ax, path)
+
+
+def write_plots(runs: Runs, out_dir: Path) -> list[Path]:
+    """Write wait_cdf.png, bsld_by_size.png, allocation.png and queue_length.png.
+
+    ``runs`` maps policy name to its (JobTable, Timeline); policies are drawn
+    in mapping order with fixed colours. Creates ``out_dir`` if needed and
+    returns the paths written. Long timelines are binned to at most
+    :data:`MAX_POINTS` steps per line: the line is the mean, the shaded band
+    reaches the peak, so short spikes stay visible.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        plot_wait_cdf(runs, out_dir / "wait_cdf.png"),
+        plot_size_slowdowns(runs, out_dir / "bsld_by_size.png"),
+        plot_allocation(runs, out_dir / "allocation.png"),
+        plot_queue_length(runs, out_dir / "queue_length.png"),
+    ]

@@ -1,0 +1,62 @@
+"""What a scheduling cycle decides, for a driver (simulator, live cluster, Kubernetes) to carry out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from loadmaster.model import TaskPlacement
+from loadmaster.scheduling.status import Status
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Bind tasks of a job to nodes. ``starts`` is True when the job then has enough tasks to run."""
+
+    job_id: str
+    placements: tuple[TaskPlacement, ...]
+    starts: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Hold capacity for a job that cannot start now; ``start_s`` is its estimated start."""
+
+    job_id: str
+    start_s: float
+    nodes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop a running job to make room, with the reason."""
+
+    job_id: str
+    reason: str
+
+
+Decision = Bind | Reserve | Preempt
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    """The decisions of one cycle and, for every pending job, why it still waits.
+
+    Jobs examined in the cycle have their own status in ``statuses``. Jobs
+    behind a blocked head of a strict queue were not examined: ``blocked``
+    maps the queue name to the status every one of them shares.
+    """
+
+    decisions: tuple[Decision, ...]
+    statuses: Mapping[str, Status] = field(default_factory=dict)
+    blocked: Mapping[str, Status] = field(default_factory=dict)
+
+    def status_of(self, job_id: str, queue: str) -> Status | None:
+        """Why ``job_id`` (in ``queue``) still waits after this cycle; None if it was bound."""
+        found = self.statuses.get(job_id)
+        return found if found is not None else self.blocked.get(queue)
+
+    @property
+    def binds(self) -> tuple[Bind, ...]:
+        """The Bind decisions, in the order they were made."""
+        return tuple(d for d in self.decisions if isinstance(d, Bind))

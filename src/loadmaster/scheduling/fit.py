@@ -1,0 +1,102 @@
+"""Resource fit: how many tasks of a request each node can take, and why not.
+
+Fit is physics, not policy: it is always applied, before any filter plugin.
+Everything here is vectorised over nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.model import MILLI_PER_GPU, Job, NodeTable, TaskRequest
+from loadmaster.scheduling.state import WorkingState
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+UNLIMITED = np.int64(1 << 40)
+"""Capacity along a dimension the request does not use."""
+
+
+def static_mask(nodes: NodeTable, job: Job) -> BoolArray:
+    """Nodes the job may ever use: its pool, resource type and node selector."""
+    mask = np.ones(len(nodes), dtype=bool)
+    if job.pool is not None:
+        mask &= nodes.pool_index == (nodes.pools.index(job.pool) if job.pool in nodes.pools else -1)
+    if job.resource_type is not None:
+        known = job.resource_type in nodes.type_names
+        mask &= nodes.type_index == (nodes.type_names.index(job.resource_type) if known else -1)
+    if job.node_selector:
+        mask &= np.array([_matches(n.labels, job.node_selector) for n in nodes.nodes], dtype=bool)
+    return mask
+
+
+def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def describe_static(job: Job) -> str:
+    """The job's placement constraints in words, for reasons."""
+    parts = []
+    if job.pool is not None:
+        parts.append(f"pool={job.pool}")
+    if job.resource_type is not None:
+        parts.append(f"type={job.resource_type}")
+    parts.extend(f"{k}={v}" for k, v in sorted(job.node_selector.items()))
+    return ", ".join(parts) or "any node"
+
+
+def capacity(state: WorkingState, request: TaskRequest) -> IntArray:
+    """How many more tasks of ``request`` each node can take right now."""
+    cap = np.full(len(state.nodes), UNLIMITED, dtype=np.int64)
+    if request.whole_gpus:
+        cap = np.minimum(cap, state.whole_free // request.whole_gpus)
+    elif request.is_fractional:
+        per_gpu = state.gpu_free // request.gpu_milli
+        cap = np.minimum(cap, per_gpu.sum(axis=1))
+    if request.cpu_milli:
+        cap = np.minimum(cap, state.cpu_free // request.cpu_milli)
+    if request.memory_mib:
+        cap = np.minimum(cap, state.memory_free // request.memory_mib)
+    return cap
+
+
+def explain(state: WorkingState, request: TaskRequest, allowed: BoolArray) -> str:
+    """Why no allowed node can take one more task: the first resource that falls short.
+
+    Names what was wanted and the best that any allowed node offers, for
+    example ``gpu: want 8 on one node, largest free block is 6 on n17``.
+    """
+    names = state.nodes.nodes
+    checks: list[tuple[str, int, IntArray, str]] = []
+    if request.whole_gpus:
+        checks.append(("gpu", request.whole_gpus, state.whole_free, "largest free block is {v}"))
+    elif request.is_fractional:
+        checks.append(("gpu", request.gpu_milli, state.largest_share, "largest free share is {v}m"))
+    checks.append(("cpu", request.cpu_milli, state.cpu_free, "most free is {v}m"))
+    checks.append(("memory", request.memory_mib, state.memory_free, "most free is {v} MiB"))
+    candidates = allowed.copy()
+    for resource, wanted, free, phrase in checks:
+        best = int(np.argmax(np.where(candidates, free, -1)))
+        if free[best] < wanted or not candidates[best]:
+            unit = {"gpu": "" if request.whole_gpus else "m", "cpu": "m", "memory": " MiB"}
+            text = phrase.format(v=int(free[best]) if candidates[best] else 0)
+            return f"{resource}: want {wanted}{unit[resource]} on one node, {text} on {names[best].name}"
+        candidates &= free >= wanted
+    return "no node can take the task"
+
+
+def choose_gpus(state: WorkingState, node: int, request: TaskRequest) -> tuple[int, ...]:
+    """GPU indices on ``node`` for one task: lowest free whole GPUs, or the best-fitting share."""
+    row = state.gpu_free[node]
+    if request.whole_gpus:
+        free = np.flatnonzero(row == MILLI_PER_GPU)[: request.whole_gpus]
+        return tuple(int(g) for g in free)
+    if request.is_fractional:
+        # Best fit keeps whole GPUs whole for later whole-GPU jobs.
+        fits = np.where(row >= request.gpu_milli, row, MILLI_PER_GPU + 1)
+        return (int(np.argmin(fits)),)
+    return ()

@@ -1,0 +1,158 @@
+"""Extension points: the small interfaces a plugin implements.
+
+A plugin subclasses :class:`Plugin` and one or more extension-point classes,
+and implements only their methods. Its arguments are a dataclass named
+``Args`` with defaults and docstrings. The framework calls the points in this
+order for each job: ``order`` (sort the queue), ``admit`` (may it be
+considered now), ``filter`` and ``score`` (which nodes, best first),
+``place_gang`` (topology of the whole gang), ``permit`` (may a partial or
+whole placement be committed), and, for a job left waiting, ``reserve``;
+``select_victims`` serves preemption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.model import ClusterSnapshot, Job, PendingJob, RunningJob, TaskRequest
+from loadmaster.scheduling.state import WorkingState
+from loadmaster.scheduling.status import Status
+
+BoolArray = npt.NDArray[np.bool_]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class NoArgs:
+    """The plugin takes no arguments."""
+
+
+@dataclass(eq=False)
+class CycleContext:
+    """Everything a plugin may read in one cycle. ``data`` holds per-cycle state keyed by plugin name."""
+
+    now: float
+    rng: np.random.Generator
+    snapshot: ClusterSnapshot
+    state: WorkingState
+    data: dict[str, object] = field(default_factory=dict)
+
+
+class Plugin:
+    """Base of every plugin: a registered name and a typed ``Args`` dataclass."""
+
+    name: ClassVar[str] = ""
+    Args: ClassVar[type] = NoArgs
+
+    def __init__(self, args: object | None = None) -> None:
+        self.args = args if args is not None else self.Args()
+
+
+class OrderPlugin(Plugin):
+    """``order``: a sort key for the queue; lower keys go first.
+
+    Keys of several order plugins are compared in profile order. ``strict``
+    plugins make a job that cannot start block every later job of its queue.
+    ``follows_submission_order`` says the key never reorders jobs that are
+    already in submission order, which lets the framework skip the sort.
+    """
+
+    strict: bool = False
+    follows_submission_order: bool = False
+
+    def order_key(self, job: Job) -> tuple[float, ...]:
+        raise NotImplementedError
+
+
+class AdmitPlugin(Plugin):
+    """``admit``: may this job be considered in this cycle (quotas, gates)."""
+
+    def admit(self, job: PendingJob, ctx: CycleContext) -> Status:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    """Nodes a plugin allows, and why none are when the mask is empty."""
+
+    mask: BoolArray
+    reason: str = ""
+
+
+class FilterPlugin(Plugin):
+    """``filter``: which nodes may host tasks of this job, beyond resource fit.
+
+    ``memo_key`` must return every property of the job the filter depends on
+    other than its shape (pool, type, selector, request), so that the
+    framework may skip jobs of a shape that already failed in the cycle.
+    """
+
+    def filter(self, job: Job, ctx: CycleContext) -> FilterResult:
+        raise NotImplementedError
+
+    def memo_key(self, job: Job) -> Hashable:
+        return ()
+
+
+class ScorePlugin(Plugin):
+    """``score``: a number per node, higher is better; weighted and summed across plugins.
+
+    Scores are read only where nodes fit, so a plugin need not mask them.
+    """
+
+    def score(self, job: Job, request: TaskRequest, ctx: CycleContext) -> FloatArray:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChoice:
+    """Where the default gang placement may put tasks: allowed nodes and their combined score."""
+
+    allowed: BoolArray
+    scores: FloatArray
+
+
+class PlaceGangPlugin(Plugin):
+    """``place_gang``: choose the node for the next tasks of a gang (topology).
+
+    Given how many tasks each node can still take (``capacity``), the tasks
+    left, the nodes the gang already uses and the combined scores, return the
+    node index for the next batch, or -1 when no node can take a task.
+    """
+
+    def choose_node(
+        self,
+        capacity: npt.NDArray[np.int64],
+        remaining: int,
+        used: Sequence[int],
+        scores: FloatArray,
+    ) -> int:
+        raise NotImplementedError
+
+
+class PermitPlugin(Plugin):
+    """``permit``: may the tasks placed so far be committed (gang: all or nothing)."""
+
+    def permit(self, pending: PendingJob, placed: int) -> Status:
+        raise NotImplementedError
+
+
+class ReservePlugin(Plugin):
+    """``reserve``: hold capacity for a job that cannot start now."""
+
+    def reserve(self, pending: PendingJob, ctx: CycleContext) -> Status:
+        raise NotImplementedError
+
+
+class VictimPlugin(Plugin):
+    """``select_victims``: which running jobs to preempt so that ``pending`` can start."""
+
+    def select_victims(
+        self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
+    ) -> Sequence[RunningJob]:
+        raise NotImplementedError

@@ -1,0 +1,104 @@
+"""Placing the tasks of one job: filters, scores and the gang's topology, in one transaction.
+
+A job that fits on one node lands on one node; a job larger than any node
+takes the nodes that can hold most of it first (whole nodes where it can), so
+its workers talk over NVLink/PCIe rather than the fabric wherever possible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.model import PendingJob, TaskPlacement
+from loadmaster.scheduling import fit
+from loadmaster.scheduling.framework import (
+    BoolArray,
+    CycleContext,
+    FloatArray,
+    PlaceGangPlugin,
+    ScorePlugin,
+)
+from loadmaster.scheduling.status import SUCCESS, Status, unschedulable
+
+
+def default_choose_node(
+    capacity: npt.NDArray[np.int64], remaining: int, used: Sequence[int], scores: FloatArray
+) -> int:
+    """Topology rule: a node that takes all remaining tasks, else the node that takes most.
+
+    Among equals the highest score wins, then the lowest index, so the choice
+    is deterministic. Returns -1 when no node can take a task.
+    """
+    del used  # the capacity rule already keeps a gang on as few nodes as it can
+    if capacity.size == 0 or capacity.max() <= 0:
+        return -1
+    whole = capacity >= remaining
+    candidates = whole if whole.any() else capacity == capacity.max()
+    return int(np.argmax(np.where(candidates, scores, -np.inf)))
+
+
+@dataclass(frozen=True, slots=True)
+class Scoring:
+    """The score plugins of a profile with their weights."""
+
+    plugins: tuple[tuple[ScorePlugin, float], ...]
+
+    def combined(self, pending: PendingJob, ctx: CycleContext) -> FloatArray:
+        total = np.zeros(len(ctx.state.nodes), dtype=np.float64)
+        for plugin, weight in self.plugins:
+            total += weight * plugin.score(pending.job, pending.job.request, ctx)
+        return total
+
+
+def place_job(
+    pending: PendingJob,
+    allowed: BoolArray,
+    ctx: CycleContext,
+    scoring: Scoring,
+    topology: PlaceGangPlugin | None,
+) -> tuple[list[TaskPlacement], Status]:
+    """Place as many of the job's remaining tasks as fit, updating ``ctx.state``.
+
+    Returns the placements made and SUCCESS, or the placements made before
+    the first task that could not be placed and the reason it could not.
+    The caller decides (``permit``) whether to keep a partial placement.
+    """
+    request = pending.job.request
+    remaining = pending.job.tasks - len(pending.bound)
+    used: list[int] = []
+    placed: list[TaskPlacement] = []
+    while remaining > 0:
+        cap = np.where(allowed, fit.capacity(ctx.state, request), 0)
+        scores = scoring.combined(pending, ctx)
+        choose = topology.choose_node if topology is not None else default_choose_node
+        node = choose(cap, remaining, used, scores)
+        if node < 0:
+            return placed, unschedulable(_shortfall(pending, placed, allowed, ctx), "fit")
+        for _ in range(min(int(cap[node]), remaining)):
+            placement = TaskPlacement(
+                node=node,
+                gpu_indices=fit.choose_gpus(ctx.state, node, request),
+                gpu_milli=min(request.gpu_milli, 1000),
+                cpu_milli=request.cpu_milli,
+                memory_mib=request.memory_mib,
+            )
+            ctx.state.take(placement)
+            placed.append(placement)
+            remaining -= 1
+        used.append(node)
+    return placed, SUCCESS
+
+
+def _shortfall(
+    pending: PendingJob, placed: Sequence[TaskPlacement], allowed: BoolArray, ctx: CycleContext
+) -> str:
+    job = pending.job
+    why = fit.explain(ctx.state, job.request, allowed)
+    done = len(pending.bound) + len(placed)
+    if job.tasks == 1:
+        return why
+    return f"gang of {job.tasks} tasks: {done} placed, task {done + 1}: {why}"

@@ -1,0 +1,1 @@
+"""The built-in plugins, one small file each. Registration is explicit, in ``registry``."""

@@ -1,0 +1,22 @@
+"""first-fit: the first node (in cluster order) that fits."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadmaster.model import Job, TaskRequest
+from loadmaster.scheduling.framework import CycleContext, FloatArray, ScorePlugin
+
+
+class FirstFit(ScorePlugin):
+    """Score falls with the node index, from 0 down to just above -1.
+
+    The range keeps it below one GPU of any other score, so with binpack it
+    only breaks ties, and alone it picks the lowest-index node that fits.
+    """
+
+    name = "first-fit"
+
+    def score(self, job: Job, request: TaskRequest, ctx: CycleContext) -> FloatArray:
+        count = len(ctx.state.nodes)
+        return -np.arange(count, dtype=float) / count

@@ -1,0 +1,38 @@
+"""priority: higher priority classes go first.
+
+A job's class maps to a value (``classes``); its own ``priority`` breaks ties
+within a class. Combine with fifo (listed after it) for submission order
+inside a class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from loadmaster.model import Job
+from loadmaster.scheduling.framework import OrderPlugin
+
+
+def _default_classes() -> dict[str, int]:
+    return {"critical": 1000, "high": 100, "normal": 0, "low": -100, "best-effort": -1000}
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityArgs:
+    classes: Mapping[str, int] = field(default_factory=_default_classes)
+    """Value of each priority class name; higher runs first. Unknown classes count as 0."""
+
+
+class PriorityClass(OrderPlugin):
+    """Order by class value (descending), then the job's own priority (descending)."""
+
+    name = "priority"
+    Args = PriorityArgs
+
+    def __init__(self, args: PriorityArgs | None = None) -> None:
+        super().__init__(args)
+        self.classes = dict((args or PriorityArgs()).classes)
+
+    def order_key(self, job: Job) -> tuple[float, ...]:
+        return (-float(self.classes.get(job.priority_class, 0)), -float(job.priority))

@@ -1,0 +1,162 @@
+"""Profiles: the actions and plugins of one pool's scheduler, validated when built.
+
+A profile arrives as plain data (from YAML, say); :func:`build_profile` checks
+every name, argument and combination and raises :class:`ConfigError` naming
+the field, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+import dataclasses
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import pydantic
+
+from loadmaster.errors import ConfigError
+from loadmaster.scheduling.framework import (
+    AdmitPlugin,
+    FilterPlugin,
+    OrderPlugin,
+    PermitPlugin,
+    PlaceGangPlugin,
+    Plugin,
+    ReservePlugin,
+    ScorePlugin,
+    VictimPlugin,
+)
+from loadmaster.scheduling.registry import ACTIONS, INCOMPATIBLE, PLUGINS
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated profile: its actions in order and its plugin instances in order."""
+
+    name: str
+    actions: tuple[str, ...]
+    plugins: tuple[Plugin, ...]
+    weights: Mapping[str, float]
+
+    def of(self, kind: type[Plugin]) -> list[Any]:
+        """The profile's plugins that implement extension point ``kind``, in profile order."""
+        return [p for p in self.plugins if isinstance(p, kind)]
+
+    @cached_property
+    def order(self) -> list[OrderPlugin]:
+        return self.of(OrderPlugin)
+
+    @cached_property
+    def admit(self) -> list[AdmitPlugin]:
+        return self.of(AdmitPlugin)
+
+    @cached_property
+    def filters(self) -> list[FilterPlugin]:
+        return self.of(FilterPlugin)
+
+    @cached_property
+    def scores(self) -> list[tuple[ScorePlugin, float]]:
+        return [(p, self.weights.get(p.name, 1.0)) for p in self.of(ScorePlugin)]
+
+    @cached_property
+    def place_gang(self) -> PlaceGangPlugin | None:
+        found = self.of(PlaceGangPlugin)
+        return found[0] if found else None
+
+    @cached_property
+    def permit(self) -> list[PermitPlugin]:
+        return self.of(PermitPlugin)
+
+    @cached_property
+    def reserve(self) -> list[ReservePlugin]:
+        return self.of(ReservePlugin)
+
+    @cached_property
+    def victims(self) -> list[VictimPlugin]:
+        return self.of(VictimPlugin)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSpec:
+    """A plugin as written in a profile: name, arguments and score weight."""
+
+    name: str
+    args: Mapping[str, object]
+    weight: float = 1.0
+
+
+def build_profile(
+    name: str, actions: Sequence[str], plugins: Sequence[PluginSpec], source: str = "<profile>"
+) -> Profile:
+    """Validate and instantiate a profile; errors name ``source`` and the field."""
+    where = f"profiles.{name}"
+    _check_actions(actions, source, where)
+    built: list[Plugin] = []
+    seen: set[str] = set()
+    for i, spec in enumerate(plugins):
+        field = f"{where}.plugins[{i}]"
+        if spec.name in seen:
+            raise ConfigError(source, f"{field}.name", f"plugin {spec.name!r} is listed twice")
+        seen.add(spec.name)
+        built.append(_instantiate(spec, source, field))
+    _check_combinations(built, source, where)
+    weights = {spec.name: spec.weight for spec in plugins}
+    return Profile(name=name, actions=tuple(actions), plugins=tuple(built), weights=weights)
+
+
+def _check_actions(actions: Sequence[str], source: str, where: str) -> None:
+    for i, action in enumerate(actions):
+        if action not in ACTIONS:
+            raise ConfigError(
+                source,
+                f"{where}.actions[{i}]",
+                f"unknown action {action!r}; allowed: {', '.join(ACTIONS)}",
+            )
+    if "allocate" not in actions:
+        raise ConfigError(source, f"{where}.actions", "a profile needs the 'allocate' action")
+    if len(set(actions)) != len(actions):
+        raise ConfigError(source, f"{where}.actions", "an action is listed twice")
+    if "admit" in actions and actions.index("admit") > actions.index("allocate"):
+        raise ConfigError(source, f"{where}.actions", "'admit' must come before 'allocate'")
+
+
+def _instantiate(spec: PluginSpec, source: str, field: str) -> Plugin:
+    cls = PLUGINS.get(spec.name)
+    if cls is None:
+        allowed = ", ".join(sorted(PLUGINS))
+        raise ConfigError(source, f"{field}.name", f"unknown plugin {spec.name!r}; allowed: {allowed}")
+    if spec.weight <= 0:
+        raise ConfigError(source, f"{field}.weight", f"must be > 0, got {spec.weight}")
+    try:
+        args: object = pydantic.TypeAdapter(cls.Args).validate_python(dict(spec.args))
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(part) for part in first["loc"])
+        allowed_args = ", ".join(f.name for f in dataclasses.fields(cls.Args)) or "none"
+        raise ConfigError(
+            source,
+            f"{field}.args.{loc}" if loc else f"{field}.args",
+            f"{first['msg']} (got {first.get('input')!r}); arguments of {spec.name}: {allowed_args}",
+        ) from None
+    return cls(args)
+
+
+def _check_combinations(plugins: Sequence[Plugin], source: str, where: str) -> None:
+    names = {p.name for p in plugins}
+    for combo, reason in INCOMPATIBLE:
+        if combo <= names:
+            pair = " + ".join(sorted(combo))
+            raise ConfigError(source, f"{where}.plugins", f"{pair} cannot be combined: {reason}")
+    if sum(isinstance(p, PlaceGangPlugin) for p in plugins) > 1:
+        raise ConfigError(source, f"{where}.plugins", "at most one place_gang plugin per profile")
+    orders = [p for p in plugins if isinstance(p, OrderPlugin)]
+    for earlier, later in itertools.pairwise(orders):
+        if earlier.follows_submission_order:
+            raise ConfigError(
+                source,
+                f"{where}.plugins",
+                f"{later.name} is listed after {earlier.name}, whose submission order already "
+                f"decides every tie; list {later.name} first",
+            )

@@ -1,0 +1,36 @@
+"""The one literal table of plugins and actions. Nothing registers itself at import time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from loadmaster.scheduling.framework import Plugin
+from loadmaster.scheduling.plugins.binpack import BinPack
+from loadmaster.scheduling.plugins.fifo import Fifo
+from loadmaster.scheduling.plugins.firstfit import FirstFit
+from loadmaster.scheduling.plugins.gang import Gang
+from loadmaster.scheduling.plugins.priority import PriorityClass
+from loadmaster.scheduling.plugins.random_fit import RandomFit
+from loadmaster.scheduling.plugins.spread import Spread
+
+PLUGINS: Mapping[str, type[Plugin]] = {
+    "fifo": Fifo,
+    "priority": PriorityClass,
+    "gang": Gang,
+    "first-fit": FirstFit,
+    "binpack": BinPack,
+    "spread": Spread,
+    "random": RandomFit,
+}
+"""Plugin name -> class."""
+
+ACTIONS: tuple[str, ...] = ("admit", "allocate")
+"""Action names a profile may list, in the order they make sense."""
+
+INCOMPATIBLE: tuple[tuple[frozenset[str], str], ...] = (
+    (frozenset({"binpack", "spread"}), "binpack and spread pull in opposite directions"),
+    (frozenset({"random", "binpack"}), "random placement overrides binpack's scores"),
+    (frozenset({"random", "spread"}), "random placement overrides spread's scores"),
+    (frozenset({"random", "first-fit"}), "random placement overrides first-fit's order"),
+)
+"""Plugin combinations a profile may not hold together, with the reason."""

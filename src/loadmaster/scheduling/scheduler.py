@@ -1,0 +1,101 @@
+"""The pure scheduler: a snapshot and a time in, decisions and reasons out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Hashable
+
+import numpy as np
+
+from loadmaster.model import ClusterSnapshot, Job, NodeTable, PendingJob
+from loadmaster.scheduling.actions import admit, allocate
+from loadmaster.scheduling.decisions import Bind, CycleResult
+from loadmaster.scheduling.framework import CycleContext
+from loadmaster.scheduling.profile import Profile
+from loadmaster.scheduling.session import Session
+from loadmaster.scheduling.state import WorkingState
+from loadmaster.scheduling.status import SUCCESS, Status, unresolvable
+
+_ACTIONS: dict[str, Callable[[Session], None]] = {"admit": admit.run, "allocate": allocate.run}
+
+
+class Scheduler:
+    """Runs a profile's actions over a snapshot. Same snapshot, time and seed: same result.
+
+    It reads no clock, does no I/O and draws randomness only from the ``rng``
+    it is handed. The only state it keeps between cycles is a cache of which
+    job shapes can ever fit a node table, a pure function of its inputs.
+    """
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self._feasible: dict[Hashable, Status] = {}
+
+    def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
+        """Decide what to bind now, and say why every other pending job waits."""
+        if not snapshot.pending:
+            return CycleResult(decisions=())
+        ctx = CycleContext(now=now, rng=rng, snapshot=snapshot, state=WorkingState.from_snapshot(snapshot))
+        session = Session(
+            ctx=ctx,
+            profile=self.profile,
+            queue=self._ordered(snapshot.pending),
+            queues_pending=snapshot.queues(),
+        )
+        for action in self.profile.actions:
+            _ACTIONS[action](session)
+        return CycleResult(tuple(session.decisions), session.statuses, session.blocked)
+
+    def _ordered(self, pending: Collection[PendingJob]) -> Collection[PendingJob]:
+        plugins = self.profile.order
+        if all(p.follows_submission_order for p in plugins):
+            return pending  # already in submission order: sorting would change nothing
+
+        def key(item: PendingJob) -> tuple[object, ...]:
+            parts: list[object] = []
+            for plugin in plugins:
+                parts.extend(plugin.order_key(item.job))
+            return (*parts, item.job.submit_s)
+
+        return sorted(pending, key=key)
+
+    def feasible(self, job: Job, nodes: NodeTable) -> Status:
+        """Whether ``job`` could ever start on ``nodes`` if the whole cluster were free.
+
+        A job that cannot is rejected at arrival with this reason rather than
+        left waiting forever.
+        """
+        shape = (
+            id(nodes),
+            job.pool,
+            job.resource_type,
+            tuple(sorted(job.node_selector.items())),
+            job.request,
+            job.tasks,
+            job.min_available,
+        )
+        cached = self._feasible.get(shape)
+        if cached is None:
+            cached = self._check_feasible(job, nodes)
+            self._feasible[shape] = cached
+        return cached
+
+    def _check_feasible(self, job: Job, nodes: NodeTable) -> Status:
+        probe = PendingJob(job)
+        empty = ClusterSnapshot.empty(nodes, [probe])
+        ctx = CycleContext(
+            now=0.0,
+            rng=np.random.default_rng(0),
+            snapshot=empty,
+            state=WorkingState.from_snapshot(empty),
+        )
+        session = Session(ctx=ctx, profile=self.profile, queue=[probe], queues_pending=frozenset({job.queue}))
+        allocate.run(session)
+        if any(isinstance(d, Bind) and d.starts for d in session.decisions):
+            return SUCCESS
+        status = session.statuses.get(job.id)
+        reason = status.reason if status is not None else "it cannot be placed"
+        return unresolvable(
+            f"rejected: {job.tasks} task(s) of {job.request.gpus:g} GPU(s) do not fit even on the "
+            f"empty cluster ({reason})",
+            "fit",
+        )

@@ -1,0 +1,43 @@
+"""One cycle's working session: the ordered queue, the decisions so far and every job's status."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable
+from dataclasses import dataclass, field
+
+from loadmaster.model import PendingJob
+from loadmaster.scheduling.decisions import Decision
+from loadmaster.scheduling.framework import BoolArray, CycleContext
+from loadmaster.scheduling.profile import Profile
+from loadmaster.scheduling.status import Status
+
+
+@dataclass(eq=False)
+class Session:
+    """Shared by the actions of one cycle, in the order the profile lists them.
+
+    ``statuses`` holds the verdict on each examined job that is still
+    pending; ``blocked`` maps a strict queue to the status of the job that
+    blocks it; ``failed_shapes`` remembers job shapes that could not be placed
+    this cycle (capacity only shrinks within a cycle, so they cannot fit later
+    in it either).
+    """
+
+    ctx: CycleContext
+    profile: Profile
+    queue: Collection[PendingJob]
+    queues_pending: frozenset[str]
+    decisions: list[Decision] = field(default_factory=list)
+    statuses: dict[str, Status] = field(default_factory=dict)
+    blocked: dict[str, Status] = field(default_factory=dict)
+    failed_shapes: dict[Hashable, Status] = field(default_factory=dict)
+    static_masks: dict[Hashable, BoolArray] = field(default_factory=dict)
+
+    @property
+    def strict(self) -> bool:
+        """True when a job that cannot start blocks its queue."""
+        return any(p.strict for p in self.profile.order)
+
+    def all_blocked(self) -> bool:
+        """True once every queue with pending jobs is blocked: the rest of the cycle is moot."""
+        return bool(self.blocked) and len(self.blocked) >= len(self.queues_pending)

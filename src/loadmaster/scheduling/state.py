@@ -1,0 +1,77 @@
+"""The scheduler's working copy of free resources for one cycle, with gang transactions.
+
+A cycle copies the snapshot's arrays once; every tentative placement updates
+the copy in place and is logged, so a gang that cannot be placed whole is
+rolled back exactly (Volcano's statement commit/discard).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, NodeTable, TaskPlacement
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(eq=False)
+class WorkingState:
+    """Free resources per node and per GPU, updated as the cycle places tasks.
+
+    ``whole_free[i]`` counts wholly free GPUs of node ``i``; ``largest_share[i]``
+    is the largest free share of any single GPU on it (milli-GPU), and
+    ``free_milli[i]`` the free milli-GPU summed over its GPUs.
+    """
+
+    nodes: NodeTable
+    gpu_free: IntArray
+    cpu_free: IntArray
+    memory_free: IntArray
+    whole_free: IntArray
+    largest_share: IntArray
+    free_milli: IntArray
+    _log: list[TaskPlacement] = field(init=False, default_factory=list)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: ClusterSnapshot) -> WorkingState:
+        """A private, writable copy of the snapshot's free resources."""
+        return cls(
+            nodes=snapshot.nodes,
+            gpu_free=snapshot.gpu_free_milli.copy(),
+            cpu_free=snapshot.cpu_free_milli.copy(),
+            memory_free=snapshot.memory_free_mib.copy(),
+            whole_free=snapshot.whole_free.copy(),
+            largest_share=snapshot.largest_share.copy(),
+            free_milli=snapshot.free_milli.copy(),
+        )
+
+    def _refresh(self, node: int) -> None:
+        row = self.gpu_free[node]
+        self.whole_free[node] = int(np.count_nonzero(row == MILLI_PER_GPU))
+        self.largest_share[node] = int(row.max()) if row.size else 0
+        self.free_milli[node] = int(row.sum())
+
+    def take(self, placement: TaskPlacement) -> None:
+        """Mark ``placement``'s resources as used and log it for a possible rollback."""
+        self._apply(placement, -1)
+        self._log.append(placement)
+
+    def _apply(self, placement: TaskPlacement, sign: int) -> None:
+        node = placement.node
+        for gpu in placement.gpu_indices:
+            self.gpu_free[node, gpu] += sign * placement.gpu_milli
+        self.cpu_free[node] += sign * placement.cpu_milli
+        self.memory_free[node] += sign * placement.memory_mib
+        self._refresh(node)
+
+    def mark(self) -> int:
+        """A point to roll back to."""
+        return len(self._log)
+
+    def rollback(self, mark: int) -> None:
+        """Undo every placement taken since ``mark``, newest first."""
+        while len(self._log) > mark:
+            self._apply(self._log.pop(), +1)

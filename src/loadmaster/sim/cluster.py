@@ -1,0 +1,109 @@
+"""SimCluster: cluster state in numpy arrays, updated in place as jobs bind and end.
+
+It is the simulator's side of the backend seam: :meth:`snapshot` for the
+scheduler, :meth:`bind` and :meth:`release` to carry out decisions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.errors import SimulationError
+from loadmaster.model import (
+    MILLI_PER_GPU,
+    ClusterSnapshot,
+    NodeTable,
+    PendingJob,
+    RunningJob,
+    TaskPlacement,
+)
+from loadmaster.model.snapshot import gpu_summary
+
+
+def _read_only(array: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    view = array.view()
+    view.setflags(write=False)
+    return view
+
+
+class SimCluster:
+    """Free resources per GPU and per node, and the jobs pending and running.
+
+    ``pending`` and ``running`` are dicts keyed by job id; ``pending`` keeps
+    submission order because jobs are added as they arrive.
+    """
+
+    def __init__(self, nodes: NodeTable) -> None:
+        self.nodes = nodes
+        self.gpu_free = np.where(nodes.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
+        self.cpu_free = nodes.cpu_milli.copy()
+        self.memory_free = nodes.memory_mib.copy()
+        self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
+        self.pending: dict[str, PendingJob] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.queue_counts: Counter[str] = Counter()
+        self._views = tuple(
+            _read_only(a)
+            for a in (
+                self.gpu_free,
+                self.cpu_free,
+                self.memory_free,
+                self.whole_free,
+                self.largest_share,
+                self.free_milli,
+            )
+        )
+
+    def snapshot(self) -> ClusterSnapshot:
+        """A view of the current state, valid until the next change."""
+        gpu, cpu, memory, whole, largest, total = self._views
+        return ClusterSnapshot(
+            nodes=self.nodes,
+            gpu_free_milli=gpu,
+            cpu_free_milli=cpu,
+            memory_free_mib=memory,
+            whole_free=whole,
+            largest_share=largest,
+            free_milli=total,
+            running=self.running.values(),
+            pending=self.pending.values(),
+            pending_queues=frozenset(self.queue_counts),
+        )
+
+    def add_pending(self, pending: PendingJob) -> None:
+        self.pending[pending.job.id] = pending
+        self.queue_counts[pending.job.queue] += 1
+
+    def remove_pending(self, job_id: str) -> PendingJob:
+        pending = self.pending.pop(job_id)
+        queue = pending.job.queue
+        self.queue_counts[queue] -= 1
+        if not self.queue_counts[queue]:
+            del self.queue_counts[queue]
+        return pending
+
+    def take(self, placement: TaskPlacement) -> None:
+        """Use a placement's resources; fails loudly if that would over-allocate."""
+        self._apply(placement, -1)
+        node = placement.node
+        if (self.gpu_free[node] < 0).any() or self.cpu_free[node] < 0 or self.memory_free[node] < 0:
+            raise SimulationError(f"node {self.nodes.nodes[node].name} over-allocated by {placement}")
+
+    def release(self, placement: TaskPlacement) -> None:
+        """Give a placement's resources back."""
+        self._apply(placement, +1)
+
+    def _apply(self, placement: TaskPlacement, sign: int) -> None:
+        node = placement.node
+        delta = sign * placement.gpu_milli
+        for gpu in placement.gpu_indices:
+            self.gpu_free[node, gpu] += delta
+        row = self.gpu_free[node]
+        self.free_milli[node] = int(row.sum())
+        self.whole_free[node] = int(np.count_nonzero(row == MILLI_PER_GPU))
+        self.largest_share[node] = int(row.max()) if row.size else 0
+        self.cpu_free[node] += sign * placement.cpu_milli
+        self.memory_free[node] += sign * placement.memory_mib
