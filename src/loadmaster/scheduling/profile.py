@@ -7,9 +7,9 @@ the field, the value and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
-import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any

@@ -1,0 +1,157 @@
+"""The ``loadmaster`` command line."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from loadmaster import __version__
+from loadmaster.config import (
+    BUILTIN_CLUSTERS,
+    BUILTIN_WORKLOADS,
+    Cluster,
+    Workload,
+    load_cluster,
+    load_profiles,
+    load_workload,
+    select_profiles,
+)
+from loadmaster.errors import LoadmasterError
+from loadmaster.experiment import ProfileRun, compare, context, write_outputs
+from loadmaster.scheduling import PLUGINS, Profile
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Schedule, simulate and study GPU clusters."
+)
+console = Console(width=None if Console().is_terminal else 120)
+
+DEFAULT_PROFILES = "fifo,binpack,binpack-skip,spread,k8s-default,random"
+
+
+@app.command()
+def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
+    cluster: Annotated[
+        str, typer.Option(help=f"Cluster spec file, or built-in: {', '.join(BUILTIN_CLUSTERS)}")
+    ] = "lab",
+    workload: Annotated[
+        str, typer.Option(help=f"Workload spec file, or built-in: {', '.join(BUILTIN_WORKLOADS)}")
+    ] = "lab",
+    profiles: Annotated[
+        str, typer.Option(help="Comma-separated profile names to compare")
+    ] = DEFAULT_PROFILES,
+    profiles_file: Annotated[
+        str, typer.Option(help="Profiles file (default: the built-in profiles)")
+    ] = "builtin",
+    out: Annotated[Path, typer.Option(help="Folder for the report, metrics and job tables")] = Path("out"),
+    jobs: Annotated[int | None, typer.Option(help="Override the workload's number of jobs")] = None,
+    load: Annotated[float | None, typer.Option(help="Override the workload's load ratio")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the scheduler's random choices")] = 0,
+    workload_seed: Annotated[int | None, typer.Option(help="Override the workload's seed")] = None,
+    period: Annotated[float | None, typer.Option(help="Also run a cycle every PERIOD seconds")] = None,
+) -> None:
+    """Run every profile on the same cluster and jobs; print a comparison and write a report."""
+    spec_cluster = load_cluster(cluster)
+    available = load_profiles(profiles_file)
+    chosen = select_profiles(available, [p.strip() for p in profiles.split(",") if p.strip()], "--profiles")
+    spec_workload = load_workload(workload, spec_cluster, jobs=jobs, load=load, seed=workload_seed)
+    nodes = spec_cluster.nodes
+    console.print(
+        f"[bold]{spec_cluster.name}[/]: {len(nodes)} nodes, {nodes.total_gpus} GPUs; "
+        f"[bold]{spec_workload.name}[/]: {len(spec_workload.jobs)} jobs at load {spec_workload.spec.load}"
+    )
+    runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period)
+    console.print(_comparison(runs))
+    paths = write_outputs(out, runs, context(spec_cluster, spec_workload, seed))
+    console.print(f"Report: [bold]{paths['report']}[/]  metrics: {paths['metrics']}")
+
+
+def _run_with_progress(
+    cluster: Cluster, workload: Workload, profiles: list[Profile], seed: int, period: float | None
+) -> list[ProfileRun]:
+    columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        tasks = {p.name: progress.add_task(p.name, total=len(workload.jobs)) for p in profiles}
+        return compare(
+            cluster,
+            workload,
+            profiles,
+            seed=seed,
+            period_s=period,
+            progress=lambda name, n: progress.advance(tasks[name], n),
+        )
+
+
+_COLUMNS: tuple[tuple[str, str, float], ...] = (
+    ("wait h", "mean_wait_s", 3600.0),
+    ("p99 h", "p99_wait_s", 3600.0),
+    ("bsld", "mean_bounded_slowdown", 1.0),
+    ("span d", "makespan_s", 86400.0),
+    ("alloc%", "allocation_mean", 0.01),
+    ("frag%", "fragmentation_mean", 0.01),
+    ("jain", "jain_fairness", 1.0),
+    ("idle GPUh", "held_idle_gpu_hours", 1.0),
+    ("left", "jobs_unfinished", 1.0),
+)
+
+
+_CAPTION = (
+    "wait: mean queue wait; p99: 99th percentile wait; bsld: mean bounded slowdown; span: makespan; "
+    "alloc: GPUs allocated; frag: free GPUs no waiting job can use; jain: fairness over users (1 = equal); "
+    "idle GPUh: GPU-hours held by partly started gangs; left: jobs that never ran. "
+    "Lower is better except alloc and jain."
+)
+
+
+def _comparison(runs: list[ProfileRun]) -> Table:
+    table = Table(title="Policies compared on the same jobs", caption=_CAPTION)
+    table.add_column("profile", style="bold", no_wrap=True)
+    for header, _, _ in _COLUMNS:
+        table.add_column(header, justify="right")
+    table.add_column("sim s", justify="right", style="dim")
+    for run in runs:
+        values = [getattr(run.summary, field) / scale for _, field, scale in _COLUMNS]
+        table.add_row(run.profile.name, *(_fmt(v) for v in values), f"{run.wall_s:.1f}")
+    return table
+
+
+def _fmt(value: float) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
+
+
+@app.command("profiles")
+def list_profiles(
+    profiles_file: Annotated[
+        str, typer.Argument(help="Profiles file (default: the built-in profiles)")
+    ] = "builtin",
+) -> None:
+    """List the profiles of a file (validating it) and the plugins they may use."""
+    table = Table(title=f"Profiles in {profiles_file}")
+    for column in ("profile", "actions", "plugins"):
+        table.add_column(column)
+    for name, profile in load_profiles(profiles_file).items():
+        table.add_row(name, ", ".join(profile.actions), ", ".join(p.name for p in profile.plugins))
+    console.print(table)
+    console.print(f"Plugins: {', '.join(PLUGINS)}")
+
+
+@app.command()
+def version() -> None:
+    """Print loadmaster's version."""
+    console.print(__version__)
+
+
+def main() -> None:
+    """Entry point: run the app; the project's own errors print as one clear line, exit code 2."""
+    try:
+        app()
+    except LoadmasterError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise SystemExit(2) from None

@@ -1,0 +1,17 @@
+"""Loading cluster, profile and workload files; every error names the file, line and field."""
+
+from loadmaster.config.cluster import BUILTIN_CLUSTERS, Cluster, load_cluster
+from loadmaster.config.profiles import BUILTIN_PROFILES, load_profiles, select_profiles
+from loadmaster.config.workload import BUILTIN_WORKLOADS, Workload, load_workload
+
+__all__ = [
+    "BUILTIN_CLUSTERS",
+    "BUILTIN_PROFILES",
+    "BUILTIN_WORKLOADS",
+    "Cluster",
+    "Workload",
+    "load_cluster",
+    "load_profiles",
+    "load_workload",
+    "select_profiles",
+]

@@ -1,0 +1,144 @@
+"""Cluster specs: YAML files of resource types and pools of node groups.
+
+```yaml
+name: lab
+resource_types:
+  a100-80gb-ib: {gpu_model: A100-80GB, gpu_memory_mib: 81920,
+                 cpu_milli_per_gpu: 12000, memory_mib_per_gpu: 122880, interconnect: infiniband}
+pools:
+  training:
+    node_groups:
+      - {name: a100, count: 16, resource_type: a100-80gb-ib, gpus: 8, zone: ib-1, racks: 4}
+```
+
+A node's CPU and memory default to its GPUs times the type's per-GPU bundle,
+so jobs that ask for whole bundles pack exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loadmaster.config.yamlfile import YamlDocument, parse_yaml, read_yaml, validate
+from loadmaster.errors import ConfigError
+from loadmaster.model import Node, NodeTable, ResourceType
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ResourceTypeSpec(_Strict):
+    """A GPU model with the CPU and memory that come with each GPU on its host class."""
+
+    gpu_model: str
+    gpu_memory_mib: int = Field(ge=0)
+    cpu_milli_per_gpu: int = Field(ge=0)
+    memory_mib_per_gpu: int = Field(ge=0)
+    interconnect: Literal["infiniband", "ethernet"] = "ethernet"
+
+
+class NodeGroupSpec(_Strict):
+    """``count`` identical nodes, named ``<name>-000`` and on, spread evenly over ``racks`` racks."""
+
+    name: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    count: int = Field(ge=1, le=100_000)
+    resource_type: str
+    gpus: int = Field(ge=0, le=64)
+    cpu_milli: int | None = Field(default=None, ge=0)
+    memory_mib: int | None = Field(default=None, ge=0)
+    zone: str = "default"
+    racks: int = Field(default=1, ge=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class PoolSpec(_Strict):
+    """A set of node groups scheduled together (training, interactive, ...)."""
+
+    description: str = ""
+    node_groups: list[NodeGroupSpec] = Field(min_length=1)
+
+
+class ClusterSpec(_Strict):
+    """A whole cluster: its resource types and its pools."""
+
+    name: str
+    description: str = ""
+    resource_types: dict[str, ResourceTypeSpec] = Field(min_length=1)
+    pools: dict[str, PoolSpec] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A loaded cluster: its name, where it came from and its node table."""
+
+    name: str
+    source: str
+    description: str
+    nodes: NodeTable
+
+
+BUILTIN_CLUSTERS = ("lab", "large")
+"""Cluster specs that ship with loadmaster, usable by name."""
+
+
+def load_cluster(name_or_path: str) -> Cluster:
+    """Load a built-in cluster by name, or a cluster spec file by path."""
+    return cluster_from_document(find_document("clusters", name_or_path, BUILTIN_CLUSTERS))
+
+
+def find_document(folder: str, name_or_path: str, builtin: tuple[str, ...]) -> YamlDocument:
+    if name_or_path in builtin:
+        text = resources.files("loadmaster.data").joinpath(folder, f"{name_or_path}.yaml").read_text()
+        return parse_yaml(text, f"<built-in {folder[:-1]} {name_or_path}>")
+    path = Path(name_or_path)
+    if not path.exists() and "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")):
+        raise ConfigError(
+            name_or_path, "", f"no such file and not a built-in name; built-in: {', '.join(builtin)}"
+        )
+    return read_yaml(path)
+
+
+def cluster_from_document(doc: YamlDocument) -> Cluster:
+    """Validate a parsed cluster spec and expand its node groups into nodes."""
+    spec = validate(ClusterSpec, doc)
+    types = {name: ResourceType(name=name, **rt.model_dump()) for name, rt in spec.resource_types.items()}
+    nodes: list[Node] = []
+    for pool_name, pool in spec.pools.items():
+        for i, group in enumerate(pool.node_groups):
+            path: list[str | int] = ["pools", pool_name, "node_groups", i]
+            if group.resource_type not in types:
+                raise doc.error(
+                    [*path, "resource_type"],
+                    f"unknown resource type {group.resource_type!r}; defined: {', '.join(types)}",
+                )
+            nodes.extend(_expand(pool_name, group, types[group.resource_type]))
+    names = [n.name for n in nodes]
+    if len(set(names)) != len(names):
+        raise doc.error(["pools"], "two node groups share a name; node group names must be unique")
+    return Cluster(spec.name, doc.source, spec.description, NodeTable.build(nodes, types))
+
+
+def _expand(pool: str, group: NodeGroupSpec, rtype: ResourceType) -> list[Node]:
+    cpu = group.cpu_milli if group.cpu_milli is not None else group.gpus * rtype.cpu_milli_per_gpu
+    memory = group.memory_mib if group.memory_mib is not None else group.gpus * rtype.memory_mib_per_gpu
+    per_rack = -(-group.count // group.racks)  # ceiling: fill racks in order, as racks are cabled
+    return [
+        Node(
+            name=f"{group.name}-{i:03d}",
+            pool=pool,
+            zone=group.zone,
+            rack=f"{group.zone}/{group.name}-r{i // per_rack}",
+            resource_type=rtype.name,
+            gpus=group.gpus,
+            cpu_milli=cpu,
+            memory_mib=memory,
+            labels=dict(group.labels),
+        )
+        for i in range(group.count)
+    ]

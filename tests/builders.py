@@ -1,0 +1,279 @@
+"""Fluent builders for scheduling and simulation tests.
+
+``a_job("j1").tasks(4).gpus(1).submitted(10).build()`` is a gang of four 1-GPU
+tasks; ``gpus`` is per task, as in :class:`TaskRequest` (0.5 is half a GPU).
+``a_cluster().nodes(4, gpus=8).build()`` is a :class:`NodeTable`;
+``a_snapshot(cluster).used("n1", 3).pending(job).build()`` is the view one
+scheduling cycle sees. :class:`RecordingScheduler` keeps every Bind a
+simulation carried out, with its time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from loadmaster.model import (
+    MILLI_PER_GPU,
+    ClusterSnapshot,
+    Job,
+    Node,
+    NodeTable,
+    PendingJob,
+    ResourceType,
+    TaskRequest,
+    TraceJob,
+)
+from loadmaster.model.snapshot import gpu_summary
+from loadmaster.scheduling import Bind, CycleResult, PluginSpec, Profile, Scheduler, build_profile
+
+DEFAULT_TYPE = "gpu"
+
+
+def resource_type(name: str = DEFAULT_TYPE) -> ResourceType:
+    """A resource type with no CPU or memory bundled, so that only GPUs decide fit."""
+    return ResourceType(
+        name=name, gpu_model="test", gpu_memory_mib=80_000, cpu_milli_per_gpu=0, memory_mib_per_gpu=0
+    )
+
+
+@dataclass(frozen=True)
+class JobBuilder:
+    """A job of ``tasks`` identical tasks of ``gpus`` GPUs each; every setter returns a copy."""
+
+    job_id: str
+    _tasks: int = 1
+    _gpus: float = 1.0
+    _user: str = "u1"
+    _group: str = "g1"
+    _submit_s: float = 0.0
+    _limit_s: float = 3600.0
+    _pool: str | None = None
+    _queue: str = "default"
+    _priority_class: str = "normal"
+    _min_available: int = 0
+
+    def tasks(self, count: int) -> JobBuilder:
+        return replace(self, _tasks=count)
+
+    def gpus(self, per_task: float) -> JobBuilder:
+        """GPUs per task: a whole number, or a fraction below one (0.5 is 500 milli-GPU)."""
+        return replace(self, _gpus=per_task)
+
+    def user(self, name: str, group: str = "g1") -> JobBuilder:
+        return replace(self, _user=name, _group=group)
+
+    def submitted(self, at_s: float) -> JobBuilder:
+        return replace(self, _submit_s=at_s)
+
+    def limit(self, seconds: float) -> JobBuilder:
+        return replace(self, _limit_s=seconds)
+
+    def pool(self, name: str) -> JobBuilder:
+        return replace(self, _pool=name)
+
+    def queue(self, name: str) -> JobBuilder:
+        return replace(self, _queue=name)
+
+    def priority(self, priority_class: str) -> JobBuilder:
+        return replace(self, _priority_class=priority_class)
+
+    def min_available(self, count: int) -> JobBuilder:
+        return replace(self, _min_available=count)
+
+    def build(self) -> Job:
+        return Job(
+            id=self.job_id,
+            user=self._user,
+            group=self._group,
+            submit_s=self._submit_s,
+            tasks=self._tasks,
+            request=TaskRequest(gpu_milli=round(self._gpus * MILLI_PER_GPU)),
+            time_limit_s=self._limit_s,
+            queue=self._queue,
+            min_available=self._min_available,
+            priority_class=self._priority_class,
+            pool=self._pool,
+        )
+
+
+def a_job(job_id: str) -> JobBuilder:
+    return JobBuilder(job_id)
+
+
+@dataclass(frozen=True)
+class NodeBuilder:
+    """One node; CPU and memory are plentiful so that GPUs alone decide fit."""
+
+    name: str
+    _gpus: int = 8
+    _pool: str = "default"
+    _zone: str = "z0"
+    _rack: str = "r0"
+    _type: str = DEFAULT_TYPE
+
+    def gpus(self, count: int) -> NodeBuilder:
+        return replace(self, _gpus=count)
+
+    def pool(self, name: str) -> NodeBuilder:
+        return replace(self, _pool=name)
+
+    def rack(self, name: str, zone: str = "z0") -> NodeBuilder:
+        return replace(self, _rack=name, _zone=zone)
+
+    def of_type(self, name: str) -> NodeBuilder:
+        return replace(self, _type=name)
+
+    def build(self) -> Node:
+        return Node(
+            name=self.name,
+            pool=self._pool,
+            zone=self._zone,
+            rack=self._rack,
+            resource_type=self._type,
+            gpus=self._gpus,
+            cpu_milli=128_000,
+            memory_mib=1_048_576,
+        )
+
+
+def a_node(name: str) -> NodeBuilder:
+    return NodeBuilder(name)
+
+
+@dataclass(frozen=True)
+class ClusterBuilder:
+    """Nodes in the order added; ``nodes(n, ...)`` names them n0, n1, ... continuing the count."""
+
+    _nodes: tuple[NodeBuilder, ...] = ()
+
+    def nodes(self, count: int, gpus: int = 8, pool: str = "default") -> ClusterBuilder:
+        start = len(self._nodes)
+        added = tuple(a_node(f"n{start + i}").gpus(gpus).pool(pool) for i in range(count))
+        return replace(self, _nodes=self._nodes + added)
+
+    def node(self, node: NodeBuilder) -> ClusterBuilder:
+        return replace(self, _nodes=(*self._nodes, node))
+
+    def build(self) -> NodeTable:
+        built = [n.build() for n in self._nodes]
+        types = {n.resource_type: resource_type(n.resource_type) for n in built}
+        return NodeTable.build(built, types)
+
+
+def a_cluster() -> ClusterBuilder:
+    return ClusterBuilder()
+
+
+@dataclass
+class SnapshotBuilder:
+    """A cluster with some GPUs already taken and some jobs pending, as one cycle sees it."""
+
+    cluster: NodeTable
+    _used: dict[str, int] = field(default_factory=dict)
+    _pending: list[PendingJob] = field(default_factory=list)
+
+    def used(self, node: str, gpus: int) -> SnapshotBuilder:
+        """Take the first ``gpus`` GPUs of ``node`` (by someone not in the snapshot's queue)."""
+        self._used[node] = gpus
+        return self
+
+    def pending(self, *jobs: Job | JobBuilder) -> SnapshotBuilder:
+        self._pending.extend(PendingJob(j.build() if isinstance(j, JobBuilder) else j) for j in jobs)
+        return self
+
+    def build(self) -> ClusterSnapshot:
+        gpu_free = np.where(self.cluster.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
+        names = [n.name for n in self.cluster.nodes]
+        for node, gpus in self._used.items():
+            gpu_free[names.index(node), :gpus] = 0
+        whole, largest, total = gpu_summary(gpu_free)
+        return ClusterSnapshot(
+            nodes=self.cluster,
+            gpu_free_milli=gpu_free,
+            cpu_free_milli=self.cluster.cpu_milli.copy(),
+            memory_free_mib=self.cluster.memory_mib.copy(),
+            whole_free=whole,
+            largest_share=largest,
+            free_milli=total,
+            running=(),
+            pending=tuple(self._pending),
+        )
+
+
+def a_snapshot(cluster: NodeTable) -> SnapshotBuilder:
+    return SnapshotBuilder(cluster)
+
+
+def profile(*plugins: str, strict: bool = True, actions: Sequence[str] = ("allocate",)) -> Profile:
+    """A validated profile of ``plugins`` in the order given; ``strict`` is fifo's argument."""
+    specs = [PluginSpec(name, {"strict": strict} if name == "fifo" else {}) for name in plugins]
+    return build_profile("test", actions, specs)
+
+
+def trace(job: Job | JobBuilder, duration_s: float) -> TraceJob:
+    return TraceJob(job.build() if isinstance(job, JobBuilder) else job, duration_s)
+
+
+@dataclass(frozen=True, slots=True)
+class TimedBind:
+    """A Bind and the simulated time of the cycle that made it."""
+
+    time_s: float
+    bind: Bind
+
+
+class RecordingScheduler(Scheduler):
+    """A Scheduler that keeps every Bind with its time, and stops a run after ``max_cycles`` cycles.
+
+    The cycle limit turns a simulation that would never end into a loud failure.
+    """
+
+    def __init__(self, profile: Profile, max_cycles: int = 100_000) -> None:
+        super().__init__(profile)
+        self.binds: list[TimedBind] = []
+        self.cycles = 0
+        self.max_cycles = max_cycles
+
+    def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
+        self.cycles += 1
+        if self.cycles > self.max_cycles:
+            raise RuntimeError(f"simulation still running after {self.max_cycles} cycles (t={now})")
+        result = super().cycle(snapshot, now, rng)
+        self.binds.extend(TimedBind(now, b) for b in result.binds)
+        return result
+
+    def binds_of(self, job_id: str) -> list[TimedBind]:
+        return [b for b in self.binds if b.bind.job_id == job_id]
+
+
+def cycle(
+    scheduler_profile: Profile, snapshot: ClusterSnapshot, now: float = 0.0, seed: int = 0
+) -> CycleResult:
+    """One scheduling cycle of a fresh scheduler."""
+    return Scheduler(scheduler_profile).cycle(snapshot, now, np.random.default_rng(seed))
+
+
+def bind_of(result: CycleResult, job_id: str) -> Bind | None:
+    """The single Bind of ``job_id`` in ``result``, or None."""
+    found = [b for b in result.binds if b.job_id == job_id]
+    assert len(found) <= 1, f"{job_id} bound twice in one cycle: {found}"
+    return found[0] if found else None
+
+
+def nodes_of(cluster: NodeTable, bind: Bind) -> list[str]:
+    """Names of the nodes a Bind uses, one entry per task."""
+    return [cluster.nodes[p.node].name for p in bind.placements]
+
+
+def row(table_ids: Iterable[str], job_id: str) -> int:
+    """Index of ``job_id`` in a job table's ``job_id`` column."""
+    ids = list(table_ids)
+    return ids.index(job_id)
+
+
+def starts(result_ids: Collection[str], start_s: Sequence[float]) -> dict[str, float]:
+    """Job id -> start time, from a job table's columns."""
+    return dict(zip(result_ids, (float(s) for s in start_s), strict=True))
