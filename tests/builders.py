@@ -10,8 +10,9 @@ simulation carried out, with its time.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from loadmaster.model import (
     MILLI_PER_GPU,
     ClusterSnapshot,
     Job,
+    JobTable,
     Node,
     NodeTable,
     PendingJob,
@@ -268,12 +270,7 @@ def nodes_of(cluster: NodeTable, bind: Bind) -> list[str]:
     return [cluster.nodes[p.node].name for p in bind.placements]
 
 
-def row(table_ids: Iterable[str], job_id: str) -> int:
-    """Index of ``job_id`` in a job table's ``job_id`` column."""
-    ids = list(table_ids)
-    return ids.index(job_id)
-
-
-def starts(result_ids: Collection[str], start_s: Sequence[float]) -> dict[str, float]:
-    """Job id -> start time, from a job table's columns."""
-    return dict(zip(result_ids, (float(s) for s in start_s), strict=True))
+def by_id(table: JobTable, column: str) -> dict[str, Any]:
+    """One job-table column as job id -> value (floats as Python floats)."""
+    values = getattr(table, column)
+    return {str(j): v.item() if hasattr(v, "item") else v for j, v in zip(table.job_id, values, strict=True)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -153,5 +154,6 @@ def main() -> None:
     try:
         app()
     except LoadmasterError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        # Plain print: rich would wrap a long path across lines, and the message must stay greppable.
+        print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

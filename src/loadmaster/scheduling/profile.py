@@ -129,12 +129,17 @@ def _instantiate(spec: PluginSpec, source: str, field: str) -> Plugin:
         raise ConfigError(source, f"{field}.name", f"unknown plugin {spec.name!r}; allowed: {allowed}")
     if spec.weight <= 0:
         raise ConfigError(source, f"{field}.weight", f"must be > 0, got {spec.weight}")
+    allowed_args = ", ".join(f.name for f in dataclasses.fields(cls.Args)) or "none"
+    unknown = sorted(set(spec.args) - {f.name for f in dataclasses.fields(cls.Args)})
+    if unknown:
+        raise ConfigError(
+            source, f"{field}.args.{unknown[0]}", f"unknown argument; arguments of {spec.name}: {allowed_args}"
+        )
     try:
         args: object = pydantic.TypeAdapter(cls.Args).validate_python(dict(spec.args))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(part) for part in first["loc"])
-        allowed_args = ", ".join(f.name for f in dataclasses.fields(cls.Args)) or "none"
         raise ConfigError(
             source,
             f"{field}.args.{loc}" if loc else f"{field}.args",

@@ -9,7 +9,7 @@ import numpy as np
 from loadmaster.model import ClusterSnapshot, Job, NodeTable, PendingJob
 from loadmaster.scheduling.actions import admit, allocate
 from loadmaster.scheduling.decisions import Bind, CycleResult
-from loadmaster.scheduling.framework import CycleContext
+from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
@@ -22,13 +22,15 @@ class Scheduler:
     """Runs a profile's actions over a snapshot. Same snapshot, time and seed: same result.
 
     It reads no clock, does no I/O and draws randomness only from the ``rng``
-    it is handed. The only state it keeps between cycles is a cache of which
-    job shapes can ever fit a node table, a pure function of its inputs.
+    it is handed. The only state it keeps between cycles are caches of pure
+    functions of the node table: which job shapes can ever fit it, and which
+    nodes match a job's pool, type and selector.
     """
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         self._feasible: dict[Hashable, Status] = {}
+        self._static_masks: dict[Hashable, BoolArray] = {}
 
     def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         """Decide what to bind now, and say why every other pending job waits."""
@@ -40,6 +42,7 @@ class Scheduler:
             profile=self.profile,
             queue=self._ordered(snapshot.pending),
             queues_pending=snapshot.queues(),
+            static_masks=self._static_masks,
         )
         for action in self.profile.actions:
             _ACTIONS[action](session)
@@ -65,7 +68,7 @@ class Scheduler:
         left waiting forever.
         """
         shape = (
-            id(nodes),
+            nodes,
             job.pool,
             job.resource_type,
             tuple(sorted(job.node_selector.items())),

@@ -74,7 +74,7 @@ def _shape(session: Session, job: Job) -> Hashable:
 
 
 def _allowed(session: Session, job: Job) -> BoolArray | Status:
-    key = (job.pool, job.resource_type, tuple(sorted(job.node_selector.items())))
+    key = (session.ctx.state.nodes, job.pool, job.resource_type, tuple(sorted(job.node_selector.items())))
     mask = session.static_masks.get(key)
     if mask is None:
         mask = fit.static_mask(session.ctx.state.nodes, job)
