@@ -5,11 +5,16 @@ kind: lab          # the research-lab generator of loadmaster.workload.synthetic
 jobs: 4000
 load: 0.85         # offered GPU-seconds / (pool GPUs x span), per pool
 seed: 7
-pools:             # which pools receive jobs, and what share of the jobs
-  training: {share: 0.8}
-  interactive: {share: 0.2, max_job_gpus: 1}
+pools:             # which pools receive jobs, and the largest job each gets
+  training: {}
+  interactive: {max_job_gpus: 1}
 params: {users: 40}   # any field of LabWorkloadParams
 ```
+
+Each pool receives jobs at ``load`` over the same span of time: the number
+of jobs per pool is chosen from a pilot sample so that every pool's arrivals
+start and end together. Giving ``share`` for every pool fixes the fraction of
+jobs instead; each pool then still runs at ``load``, but over its own span.
 
 Each pool's jobs go to a queue named after the pool, so a blocked head of
 the training queue never holds back notebooks in the interactive pool.
@@ -36,9 +41,9 @@ class _Strict(BaseModel):
 
 
 class PoolShare(_Strict):
-    """A pool that receives jobs: its share of the jobs and the largest job it gets."""
+    """A pool that receives jobs: the largest job it gets and, optionally, its share of the jobs."""
 
-    share: float = Field(gt=0)
+    share: float | None = Field(default=None, gt=0)
     max_job_gpus: int | None = Field(default=None, ge=1)
 
 
@@ -87,6 +92,8 @@ def load_workload(
     targets = [_target(doc, cluster, pool, share) for pool, share in spec.pools.items()]
     params = _params(doc, spec)
     try:
+        if any(share.share is None for share in spec.pools.values()):
+            targets = _balanced(params, targets, spec)
         traces = sample_lab_workload(
             params, targets, n_jobs=spec.jobs, load=spec.load, rng=np.random.default_rng(spec.seed)
         )
@@ -113,9 +120,26 @@ def _target(doc: YamlDocument, cluster: Cluster, pool: str, share: PoolShare) ->
         resource_type=nodes.resource_types[widest.resource_type],
         capacity_gpus=capacity,
         gpus_per_node=widest.gpus,
-        share=share.share,
+        share=share.share or 1.0,
         max_job_gpus=min(share.max_job_gpus or capacity, capacity),
     )
+
+
+PILOT_JOBS = 4000
+"""Jobs in the pilot sample that estimates each pool's mean GPU-seconds per job."""
+
+
+def _balanced(params: LabWorkloadParams, targets: list[PoolTarget], spec: WorkloadSpec) -> list[PoolTarget]:
+    """Shares that give every pool the same span at the same load: capacity / mean GPU-seconds per job."""
+    even = [dataclasses.replace(t, share=1.0) for t in targets]
+    pilot = sample_lab_workload(
+        params, even, n_jobs=PILOT_JOBS, load=spec.load, rng=np.random.default_rng(spec.seed + 1)
+    )
+    shares = []
+    for target in targets:
+        work = [t.job.gpus * t.duration_s for t in pilot if t.job.pool == target.name]
+        shares.append(target.capacity_gpus / float(np.mean(work)) if work else 1.0)
+    return [dataclasses.replace(t, share=s / sum(shares)) for t, s in zip(targets, shares, strict=True)]
 
 
 def _params(doc: YamlDocument, spec: WorkloadSpec) -> LabWorkloadParams:
