@@ -415,27 +415,18 @@ def test_gang_avoids_the_deadlock() -> None:
     assert set(by_id(result.jobs, "reason").values()) == {""}
 
 
-# Known bugs: each test states the contract and fails until src is fixed.
+# Regressions: bugs this suite found, each kept as a scenario (STYLE habit 8).
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Simulator: a partially bound job that never starts reports held_idle_gpu_s == 0, "
-    "though it held GPUs idle until the run ended (the waste JobTable.held_idle_gpu_s is meant to count)",
-)
 def test_held_idle_gpu_s_counts_workers_of_a_job_that_never_starts() -> None:
     result, _ = run(a_cluster().nodes(1, gpus=4).build(), NO_GANG, deadlock_jobs())
 
-    # lo held 2 idle GPUs from t=1 until the run ended at t=100.
-    assert by_id(result.jobs, "held_idle_gpu_s")["lo"] == 198.0
+    # lo held 2 idle GPUs from t=1 until the run ended at t=100; hi bound its 2 at t=100.
+    held = by_id(result.jobs, "held_idle_gpu_s")
+    assert held["lo"] == 198.0
+    assert held["hi"] == 0.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="Simulator: with SimOptions.period_s set, a job that can never start keeps the periodic "
-    "tick alive forever, so simulate() never returns (here: stopped after 2000 cycles)",
-)
 def test_periodic_ticks_end_when_only_stuck_jobs_remain() -> None:
     scheduler = RecordingScheduler(profile(*NO_GANG), max_cycles=2000)
     result = simulate(
@@ -443,6 +434,22 @@ def test_periodic_ticks_end_when_only_stuck_jobs_remain() -> None:
     )
 
     assert by_id(result.jobs, "reason")["lo"].startswith("still pending")
+    assert by_id(result.jobs, "held_idle_gpu_s")["lo"] == 198.0
+
+
+def test_periodic_ticks_run_while_a_job_runs() -> None:
+    result = simulate(
+        a_cluster().nodes(1, gpus=1).build(),
+        Scheduler(profile("fifo", "gang", "first-fit")),
+        [trace(a_job("a"), 1000)],
+        SimOptions(period_s=60),
+    )
+
+    # A tick once pushed its successor only if a job was already running, so a job that
+    # started in the first tick's own cycle ran without any periodic cycle.
+    sampled = result.timeline.time_s.tolist()
+    assert {60.0 * k for k in range(1, 17)} <= set(sampled)  # every tick before the job ends at 1000
+    assert max(sampled) <= 1000.0 + 60.0  # and the ticks stop once nothing can change
 
 
 def test_min_available_gang_starts_with_part_of_its_workers() -> None:
@@ -460,12 +467,8 @@ def test_min_available_gang_starts_with_part_of_its_workers() -> None:
     assert len(bind.placements) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="allocate: the failed-shape memo key (_shape) omits Job.min_available, so a gang that "
-    "needs only 2 of its 4 tasks inherits the failure of an earlier 4-of-4 gang of the same shape",
-)
 def test_min_available_gang_is_not_refused_for_an_earlier_jobs_failure() -> None:
+    # The failed-shape memo once ignored min_available, so "some" inherited the failure of "all".
     snapshot = (
         a_snapshot(a_cluster().nodes(1, gpus=4).build())
         .used("n0", 1)
@@ -474,20 +477,21 @@ def test_min_available_gang_is_not_refused_for_an_earlier_jobs_failure() -> None
     )
     result = cycle(profile("fifo", "gang", "first-fit", strict=False), snapshot)
 
+    assert bind_of(result, "all") is None
     bind = bind_of(result, "some")
     assert bind is not None  # as when it is alone in the queue (the test above)
     assert bind.starts
     assert len(bind.placements) == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fifo: the docstring promises 'order by submit time, then job id', but jobs submitted at "
-    "the same time are served in input order",
+@pytest.mark.parametrize(
+    "plugins",
+    [("fifo", "gang", "first-fit"), ("priority", "fifo", "gang", "first-fit")],
+    ids=["fifo", "priority+fifo"],
 )
-def test_fifo_breaks_submit_time_ties_by_job_id() -> None:
+def test_fifo_breaks_submit_time_ties_by_job_id(plugins: tuple[str, ...]) -> None:
     cluster = a_cluster().nodes(1, gpus=1).build()
     jobs = [trace(a_job("b").submitted(0), 10), trace(a_job("a").submitted(0), 10)]
-    result, _ = run(cluster, ("fifo", "gang", "first-fit"), jobs)
+    result, _ = run(cluster, plugins, jobs)
 
     assert by_id(result.jobs, "start_s") == {"a": 0.0, "b": 10.0}

@@ -62,7 +62,14 @@ def test_bad_input_is_one_clear_line_and_exit_code_2(tmp_path: Path) -> None:
 
 def test_unknown_profile_lists_available() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "from loadmaster.cli import main; main()", "simulate", "--profiles", "fifo,nope"],
+        [
+            sys.executable,
+            "-c",
+            "from loadmaster.cli import main; main()",
+            "simulate",
+            "--profiles",
+            "fifo,nope",
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -1,4 +1,4 @@
-"""Cluster, profile and workload files: good ones load, bad ones name file, line, field and what is allowed."""
+"""Cluster, profile and workload files: good ones load; bad ones name file, line, field, what is allowed."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from loadmaster.config import load_cluster, load_profiles, load_workload
 from loadmaster.errors import ConfigError
+from loadmaster.workload import offered_load
 
 GOOD_CLUSTER = """\
 name: tiny
@@ -103,7 +104,9 @@ def test_builtin_profiles_all_load() -> None:
         ("[{name: binpack, weight: -1}]", 4, "must be > 0"),
     ],
 )
-def test_bad_profiles_name_line_field_and_allowed(tmp_path: Path, plugins: str, line: int, message: str) -> None:
+def test_bad_profiles_name_line_field_and_allowed(
+    tmp_path: Path, plugins: str, line: int, message: str
+) -> None:
     path = write(tmp_path, "p.yaml", f"profiles:\n  p:\n    actions: [allocate]\n    plugins: {plugins}\n")
     with pytest.raises(ConfigError) as caught:
         load_profiles(path)
@@ -113,13 +116,13 @@ def test_bad_profiles_name_line_field_and_allowed(tmp_path: Path, plugins: str, 
 
 def test_bad_action_lists_the_allowed_ones(tmp_path: Path) -> None:
     path = write(tmp_path, "p.yaml", "profiles:\n  p:\n    actions: [admit, schedule]\n    plugins: [fifo]\n")
-    with pytest.raises(ConfigError, match=r"p.yaml:3: profiles.p.actions\[1\]: unknown action 'schedule'; allowed"):
+    with pytest.raises(
+        ConfigError, match=r"p.yaml:3: profiles.p.actions\[1\]: unknown action 'schedule'; allowed"
+    ):
         load_profiles(path)
 
 
 def test_builtin_workload_reaches_its_load_on_each_pool() -> None:
-    from loadmaster.workload import offered_load
-
     cluster = load_cluster("lab")
     workload = load_workload("lab", cluster, jobs=3000)
     assert len(workload.jobs) == 3000

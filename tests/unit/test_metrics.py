@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -404,14 +403,11 @@ def big_table(n: int, seed: int = 0) -> JobTable:
     )
 
 
-def test_hundred_thousand_jobs_summarise_fast() -> None:
+def test_hundred_thousand_jobs_summarise() -> None:
+    # Speed at this scale is measured by benchmarks/sim_throughput.py, not asserted here.
     table = big_table(100_000)
     t = np.linspace(0, 30 * 86400, 50_000)
     timeline = make_timeline(list(t), [[v] for v in np.linspace(0, 512, t.size)], (512,))
-    summarize(table, timeline)  # warm-up: first calls pay for imports and caches
-    began = time.perf_counter()
     s = summarize(table, timeline)
-    elapsed = time.perf_counter() - began
     assert s.jobs == 100_000
     assert len(s.by_group) == 20
-    assert elapsed < 1.0, f"summarize took {elapsed:.2f} s for 100,000 jobs"

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
-import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
@@ -295,13 +295,13 @@ def test_one_job_and_tiny_shares_are_fine() -> None:
     assert len(jobs) == 1 and jobs[0].job.id == "j000001"
 
 
-def test_hundred_thousand_jobs_are_fast() -> None:
-    start = time.perf_counter()
+def test_hundred_thousand_jobs_have_unique_ordered_ids() -> None:
+    # Speed at this scale is measured by benchmarks/sim_throughput.py, not asserted here.
     jobs = sample_lab_workload(
         LabWorkloadParams(), LAB_POOLS, n_jobs=100_000, load=0.9, rng=np.random.default_rng(3)
     )
-    assert len(jobs) == 100_000
-    assert time.perf_counter() - start < 3.0
+    assert len({t.job.id for t in jobs}) == 100_000
+    assert all(a.job.submit_s <= b.job.submit_s for a, b in itertools.pairwise(jobs))
 
 
 # --- bad arguments -------------------------------------------------------------------------

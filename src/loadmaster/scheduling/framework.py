@@ -65,7 +65,7 @@ class OrderPlugin(Plugin):
     strict: bool = False
     follows_submission_order: bool = False
 
-    def order_key(self, job: Job) -> tuple[float, ...]:
+    def order_key(self, job: Job) -> tuple[float | str, ...]:
         raise NotImplementedError
 
 

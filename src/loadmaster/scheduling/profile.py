@@ -133,7 +133,9 @@ def _instantiate(spec: PluginSpec, source: str, field: str) -> Plugin:
     unknown = sorted(set(spec.args) - {f.name for f in dataclasses.fields(cls.Args)})
     if unknown:
         raise ConfigError(
-            source, f"{field}.args.{unknown[0]}", f"unknown argument; arguments of {spec.name}: {allowed_args}"
+            source,
+            f"{field}.args.{unknown[0]}",
+            f"unknown argument; arguments of {spec.name}: {allowed_args}",
         )
     try:
         args: object = pydantic.TypeAdapter(cls.Args).validate_python(dict(spec.args))

@@ -57,7 +57,7 @@ class Scheduler:
             parts: list[object] = []
             for plugin in plugins:
                 parts.extend(plugin.order_key(item.job))
-            return (*parts, item.job.submit_s)
+            return (*parts, item.job.submit_s, item.job.id)
 
         return sorted(pending, key=key)
 

@@ -65,7 +65,7 @@ class Simulator:
     ) -> None:
         self.nodes = nodes
         self.scheduler = scheduler
-        self.jobs = sorted(jobs, key=lambda t: t.job.submit_s)
+        self.jobs = sorted(jobs, key=lambda t: (t.job.submit_s, t.job.id))
         self.options = options
         self.index = {t.job.id: i for i, t in enumerate(self.jobs)}
         if len(self.index) != len(self.jobs):
@@ -86,19 +86,24 @@ class Simulator:
             self.events.push(self.jobs[0].job.submit_s, Kind.TICK)
         while self.events:
             now = self.events.next_time()
+            ticked = False
             for kind, index in self.events.pop_due(now):
-                self._handle(kind, index, now)
+                ticked |= self._handle(kind, index, now)
             self._cycle(now)
-        self._close_pending()
+            if ticked and (self.cluster.running or self._arrivals_left(now)):
+                # Decided after the cycle, which may have just started a job; with nothing
+                # running and nothing left to arrive, no later cycle could change anything.
+                self.events.push(now + (self.options.period_s or math.inf), Kind.TICK)
+        self._close_pending(self._end_time())
         return RunResult(jobs=self._job_table(), timeline=self.recorder.timeline())
 
-    def _handle(self, kind: Kind, index: int, now: float) -> None:
+    def _handle(self, kind: Kind, index: int, now: float) -> bool:
+        """Carry out one event; True if it was a periodic tick."""
         if kind is Kind.COMPLETION:
             self._complete(index, now)
         elif kind is Kind.ARRIVAL:
             self._arrive(index)
-        elif self.cluster.running or self.cluster.pending or self._arrivals_left(now):
-            self.events.push(now + (self.options.period_s or math.inf), Kind.TICK)
+        return kind is Kind.TICK
 
     def _arrivals_left(self, now: float) -> bool:
         return bool(self.jobs) and self.jobs[-1].job.submit_s > now
@@ -161,8 +166,15 @@ class Simulator:
         self.log.held_idle_gpu_s[index] = sum((now - t) * g for t, g in binds)
         self.events.push(now + self.jobs[index].duration_s, Kind.COMPLETION, index)
 
-    def _close_pending(self) -> None:
+    def _end_time(self) -> float:
+        ends = self.log.end[~np.isnan(self.log.end)]
+        last_submit = self.jobs[-1].job.submit_s if self.jobs else 0.0
+        return float(max(ends.max(initial=last_submit), last_submit))
+
+    def _close_pending(self, end_s: float) -> None:
         for job_id, pending in self.cluster.pending.items():
+            binds = self._bind_times.pop(job_id, [])
+            self.log.held_idle_gpu_s[self.index[job_id]] = sum((end_s - t) * g for t, g in binds)
             status = self._last.status_of(job_id, pending.job.queue) if self._last else None
             why = status.reason if status is not None else "never examined"
             self.log.reason[self.index[job_id]] = f"still pending when the run ended: {why}"

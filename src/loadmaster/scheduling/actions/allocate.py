@@ -70,7 +70,7 @@ def _permit(session: Session, pending: PendingJob, placed: int) -> Status:
 def _shape(session: Session, job: Job) -> Hashable:
     extra = tuple(p.memo_key(job) for p in session.profile.filters)
     selector = tuple(sorted(job.node_selector.items()))
-    return (job.pool, job.resource_type, selector, job.request, job.tasks, extra)
+    return (job.pool, job.resource_type, selector, job.request, job.tasks, job.min_available, extra)
 
 
 def _allowed(session: Session, job: Job) -> BoolArray | Status:

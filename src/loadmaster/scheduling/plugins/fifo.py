@@ -21,7 +21,7 @@ class FifoArgs:
 
 
 class Fifo(OrderPlugin):
-    """Order by submit time, then job id."""
+    """Order by submit time, then job id (drivers keep pending jobs in that order)."""
 
     name = "fifo"
     Args = FifoArgs
@@ -31,5 +31,5 @@ class Fifo(OrderPlugin):
         super().__init__(args)
         self.strict = (args or FifoArgs()).strict
 
-    def order_key(self, job: Job) -> tuple[float, ...]:
-        return (job.submit_s,)
+    def order_key(self, job: Job) -> tuple[float | str, ...]:
+        return (job.submit_s, job.id)

@@ -34,5 +34,5 @@ class PriorityClass(OrderPlugin):
         super().__init__(args)
         self.classes = dict((args or PriorityArgs()).classes)
 
-    def order_key(self, job: Job) -> tuple[float, ...]:
+    def order_key(self, job: Job) -> tuple[float | str, ...]:
         return (-float(self.classes.get(job.priority_class, 0)), -float(job.priority))
