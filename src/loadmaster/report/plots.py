@@ -173,7 +173,7 @@ def queue_series(timeline: Timeline, max_points: int = MAX_POINTS) -> StepSeries
 
 
 def _new_axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
-    fig = Figure(figsize=(8.0, 4.8), layout="constrained")
+    fig = Figure(figsize=(9.0, 4.8), layout="constrained")
     ax = fig.add_subplot()
     ax.set_title(title)
     ax.set_xlabel(xlabel)
@@ -185,7 +185,8 @@ def _new_axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
 def _save(fig: Figure, ax: Axes, path: Path) -> Path:
     """Add a legend if anything was labelled (an empty one would warn), then write the PNG."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+        # Outside the axes: inside, it hides bars and lines whatever corner it takes.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     else:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
     fig.savefig(path, dpi=DPI)
