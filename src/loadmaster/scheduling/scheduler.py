@@ -75,6 +75,7 @@ class Scheduler:
             job.request,
             job.tasks,
             job.min_available,
+            tuple(p.memo_key(job) for p in self.profile.filters),
         )
         cached = self._feasible.get(shape)
         if cached is None:
