@@ -12,7 +12,7 @@ from loadmaster.model.job import (
 from loadmaster.model.node import Node, NodeTable
 from loadmaster.model.outcome import JobTable, Timeline
 from loadmaster.model.resources import MILLI_PER_GPU, ResourceType, TaskRequest
-from loadmaster.model.snapshot import ClusterSnapshot, gpu_summary
+from loadmaster.model.snapshot import ClusterSnapshot, gpu_summary, node_gpu_summary
 
 __all__ = [
     "MILLI_PER_GPU",
@@ -30,5 +30,6 @@ __all__ = [
     "Timeline",
     "TraceJob",
     "gpu_summary",
+    "node_gpu_summary",
     "size_class",
 ]

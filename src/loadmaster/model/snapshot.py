@@ -75,3 +75,10 @@ def gpu_summary(
         zeros = np.zeros(gpu_free.shape[0], dtype=np.int64)
         return whole, zeros, zeros.copy()
     return whole, gpu_free.max(axis=1).astype(np.int64), gpu_free.sum(axis=1).astype(np.int64)
+
+
+def node_gpu_summary(row: npt.NDArray[np.int64]) -> tuple[int, int, int]:
+    """One node's row of :func:`gpu_summary`: whole free GPUs, largest free share, free milli-GPU."""
+    if row.size == 0:
+        return 0, 0, 0
+    return int(np.count_nonzero(row == MILLI_PER_GPU)), int(row.max()), int(row.sum())

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, NodeTable, TaskPlacement
+from loadmaster.model import ClusterSnapshot, NodeTable, TaskPlacement, node_gpu_summary
 
 IntArray = npt.NDArray[np.int64]
 
@@ -49,10 +49,8 @@ class WorkingState:
         )
 
     def _refresh(self, node: int) -> None:
-        row = self.gpu_free[node]
-        self.whole_free[node] = int(np.count_nonzero(row == MILLI_PER_GPU))
-        self.largest_share[node] = int(row.max()) if row.size else 0
-        self.free_milli[node] = int(row.sum())
+        summary = node_gpu_summary(self.gpu_free[node])
+        self.whole_free[node], self.largest_share[node], self.free_milli[node] = summary
 
     def take(self, placement: TaskPlacement) -> None:
         """Mark ``placement``'s resources as used and log it for a possible rollback."""

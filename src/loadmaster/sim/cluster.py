@@ -20,7 +20,7 @@ from loadmaster.model import (
     RunningJob,
     TaskPlacement,
 )
-from loadmaster.model.snapshot import gpu_summary
+from loadmaster.model.snapshot import gpu_summary, node_gpu_summary
 
 
 def _read_only(array: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -101,9 +101,7 @@ class SimCluster:
         delta = sign * placement.gpu_milli
         for gpu in placement.gpu_indices:
             self.gpu_free[node, gpu] += delta
-        row = self.gpu_free[node]
-        self.free_milli[node] = int(row.sum())
-        self.whole_free[node] = int(np.count_nonzero(row == MILLI_PER_GPU))
-        self.largest_share[node] = int(row.max()) if row.size else 0
+        summary = node_gpu_summary(self.gpu_free[node])
+        self.whole_free[node], self.largest_share[node], self.free_milli[node] = summary
         self.cpu_free[node] += sign * placement.cpu_milli
         self.memory_free[node] += sign * placement.memory_mib
