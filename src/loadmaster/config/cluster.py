@@ -18,14 +18,11 @@ so jobs that ask for whole bundles pack exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loadmaster.config.yamlfile import YamlDocument, parse_yaml, read_yaml, validate
-from loadmaster.errors import ConfigError
+from loadmaster.config.yamlfile import YamlDocument, find_document, validate
 from loadmaster.model import Node, NodeTable, ResourceType
 
 
@@ -90,18 +87,6 @@ BUILTIN_CLUSTERS = ("lab", "large")
 def load_cluster(name_or_path: str) -> Cluster:
     """Load a built-in cluster by name, or a cluster spec file by path."""
     return cluster_from_document(find_document("clusters", name_or_path, BUILTIN_CLUSTERS))
-
-
-def find_document(folder: str, name_or_path: str, builtin: tuple[str, ...]) -> YamlDocument:
-    if name_or_path in builtin:
-        text = resources.files("loadmaster.data").joinpath(folder, f"{name_or_path}.yaml").read_text()
-        return parse_yaml(text, f"<built-in {folder[:-1]} {name_or_path}>")
-    path = Path(name_or_path)
-    if not path.exists() and "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")):
-        raise ConfigError(
-            name_or_path, "", f"no such file and not a built-in name; built-in: {', '.join(builtin)}"
-        )
-    return read_yaml(path)
 
 
 def cluster_from_document(doc: YamlDocument) -> Cluster:

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loadmaster.config.cluster import find_document
-from loadmaster.config.yamlfile import YamlDocument, validate
+from loadmaster.config.yamlfile import YamlDocument, find_document, validate
 from loadmaster.errors import ConfigError
 from loadmaster.scheduling import PluginSpec, Profile, build_profile
 

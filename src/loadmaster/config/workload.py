@@ -29,8 +29,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from loadmaster.config.cluster import Cluster, find_document
-from loadmaster.config.yamlfile import YamlDocument, validate
+from loadmaster.config.cluster import Cluster
+from loadmaster.config.yamlfile import YamlDocument, find_document, validate
 from loadmaster.errors import ConfigError, ModelError
 from loadmaster.model import TraceJob
 from loadmaster.workload import LabWorkloadParams, PoolTarget, sample_lab_workload

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -66,6 +67,19 @@ def read_yaml(path: Path) -> YamlDocument:
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot read the file: {exc.strerror or exc}") from None
     return parse_yaml(text, str(path))
+
+
+def find_document(folder: str, name_or_path: str, builtin: tuple[str, ...]) -> YamlDocument:
+    """A built-in file of ``loadmaster/data/<folder>`` by name, or a file by path."""
+    if name_or_path in builtin:
+        text = resources.files("loadmaster.data").joinpath(folder, f"{name_or_path}.yaml").read_text()
+        return parse_yaml(text, f"<built-in {folder[:-1]} {name_or_path}>")
+    path = Path(name_or_path)
+    if not path.exists() and "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")):
+        raise ConfigError(
+            name_or_path, "", f"no such file and not a built-in name; built-in: {', '.join(builtin)}"
+        )
+    return read_yaml(path)
 
 
 def parse_yaml(text: str, source: str) -> YamlDocument:

@@ -71,10 +71,10 @@ def place_job(
     remaining = pending.job.tasks - len(pending.bound)
     used: list[int] = []
     placed: list[TaskPlacement] = []
+    choose = topology.choose_node if topology is not None else default_choose_node
     while remaining > 0:
         cap = np.where(allowed, fit.capacity(ctx.state, request), 0)
         scores = scoring.combined(pending, ctx)
-        choose = topology.choose_node if topology is not None else default_choose_node
         node = choose(cap, remaining, used, scores)
         if node < 0:
             return placed, unschedulable(_shortfall(pending, placed, allowed, ctx), "fit")

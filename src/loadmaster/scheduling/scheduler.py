@@ -36,17 +36,23 @@ class Scheduler:
         """Decide what to bind now, and say why every other pending job waits."""
         if not snapshot.pending:
             return CycleResult(decisions=())
-        ctx = CycleContext(now=now, rng=rng, snapshot=snapshot, state=WorkingState.from_snapshot(snapshot))
-        session = Session(
-            ctx=ctx,
-            profile=self.profile,
-            queue=self._ordered(snapshot.pending),
-            queues_pending=snapshot.queues(),
-            static_masks=self._static_masks,
-        )
+        session = self._session(snapshot, now, rng, self._ordered(snapshot.pending), snapshot.queues())
         for action in self.profile.actions:
             _ACTIONS[action](session)
         return CycleResult(tuple(session.decisions), session.statuses, session.blocked)
+
+    def _session(
+        self,
+        snapshot: ClusterSnapshot,
+        now: float,
+        rng: np.random.Generator,
+        queue: Collection[PendingJob],
+        queues: frozenset[str],
+    ) -> Session:
+        ctx = CycleContext(now=now, rng=rng, snapshot=snapshot, state=WorkingState.from_snapshot(snapshot))
+        return Session(
+            ctx=ctx, profile=self.profile, queue=queue, queues_pending=queues, static_masks=self._static_masks
+        )
 
     def _ordered(self, pending: Collection[PendingJob]) -> Collection[PendingJob]:
         plugins = self.profile.order
@@ -86,13 +92,8 @@ class Scheduler:
     def _check_feasible(self, job: Job, nodes: NodeTable) -> Status:
         probe = PendingJob(job)
         empty = ClusterSnapshot.empty(nodes, [probe])
-        ctx = CycleContext(
-            now=0.0,
-            rng=np.random.default_rng(0),
-            snapshot=empty,
-            state=WorkingState.from_snapshot(empty),
-        )
-        session = Session(ctx=ctx, profile=self.profile, queue=[probe], queues_pending=frozenset({job.queue}))
+        # A fixed seed: feasibility must not depend on (or consume) the run's random stream.
+        session = self._session(empty, 0.0, np.random.default_rng(0), [probe], frozenset({job.queue}))
         allocate.run(session)
         if any(isinstance(d, Bind) and d.starts for d in session.decisions):
             return SUCCESS
