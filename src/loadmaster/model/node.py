@@ -31,6 +31,11 @@ class Node:
             raise ModelError(f"node {self.name}: gpus, cpu_milli and memory_mib must be >= 0")
 
 
+def _indices(values: Sequence[str], names: tuple[str, ...]) -> list[int]:
+    position = {name: i for i, name in enumerate(names)}
+    return [position[v] for v in values]
+
+
 def _frozen(values: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     array = np.asarray(values, dtype=np.int64)
     array.setflags(write=False)
@@ -53,6 +58,10 @@ class NodeTable:
     pool_index: npt.NDArray[np.int64]
     type_names: tuple[str, ...]
     type_index: npt.NDArray[np.int64]
+    racks: tuple[str, ...]
+    rack_index: npt.NDArray[np.int64]
+    zones: tuple[str, ...]
+    zone_index: npt.NDArray[np.int64]
     gpus: npt.NDArray[np.int64]
     cpu_milli: npt.NDArray[np.int64]
     memory_mib: npt.NDArray[np.int64]
@@ -75,13 +84,19 @@ class NodeTable:
                 )
         pools = tuple(dict.fromkeys(n.pool for n in nodes))
         type_names = tuple(dict.fromkeys(n.resource_type for n in nodes))
+        racks = tuple(dict.fromkeys(n.rack for n in nodes))
+        zones = tuple(dict.fromkeys(n.zone for n in nodes))
         return cls(
             nodes=tuple(nodes),
             resource_types=dict(resource_types),
             pools=pools,
-            pool_index=_frozen([pools.index(n.pool) for n in nodes]),
+            pool_index=_frozen(_indices([n.pool for n in nodes], pools)),
             type_names=type_names,
-            type_index=_frozen([type_names.index(n.resource_type) for n in nodes]),
+            type_index=_frozen(_indices([n.resource_type for n in nodes], type_names)),
+            racks=racks,
+            rack_index=_frozen(_indices([n.rack for n in nodes], racks)),
+            zones=zones,
+            zone_index=_frozen(_indices([n.zone for n in nodes], zones)),
             gpus=_frozen([n.gpus for n in nodes]),
             cpu_milli=_frozen([n.cpu_milli for n in nodes]),
             memory_mib=_frozen([n.memory_mib for n in nodes]),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,11 @@ class ClusterSnapshot:
     pending: Collection[PendingJob]
     pending_queues: frozenset[str] | None = None
     """Names of the queues that hold pending jobs, when the driver tracks them (else computed)."""
+
+    usage_gpu_s: Mapping[str, float] = field(default_factory=dict)
+    """Past GPU-seconds with half-life decay, keyed ``user/<name>`` and ``group/<name>`` (fair share)."""
+    recent_runtimes_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """Run times of each user's most recent finished jobs, newest last (runtime prediction)."""
 
     def queues(self) -> frozenset[str]:
         """Names of the queues that hold pending jobs."""

@@ -12,7 +12,8 @@ whole placement be committed), and, for a job left waiting, ``reserve``;
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -42,6 +43,15 @@ class CycleContext:
     state: WorkingState
     data: dict[str, object] = field(default_factory=dict)
 
+    @contextmanager
+    def viewing(self, state: WorkingState) -> Iterator[None]:
+        """Let plugins see ``state`` (a shadow or future view) instead of the cycle's state, for a while."""
+        saved, self.state = self.state, state
+        try:
+            yield
+        finally:
+            self.state = saved
+
 
 class Plugin:
     """Base of every plugin: a registered name and a typed ``Args`` dataclass."""
@@ -64,16 +74,29 @@ class OrderPlugin(Plugin):
 
     strict: bool = False
     follows_submission_order: bool = False
+    splits_queues: bool = False
+    """True for a plugin whose ``lane`` splits queues (multi-queue)."""
 
-    def order_key(self, job: Job) -> tuple[float | str, ...]:
+    def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         raise NotImplementedError
+
+    def lane(self, job: Job) -> str | None:
+        """The queue a job competes in for blocking, when this plugin splits queues (else None)."""
+        return None
 
 
 class AdmitPlugin(Plugin):
-    """``admit``: may this job be considered in this cycle (quotas, gates)."""
+    """``admit``: may this job start now (quotas, gates).
 
-    def admit(self, job: PendingJob, ctx: CycleContext) -> Status:
+    Asked for each job right before it is placed, so it sees what earlier
+    binds of the cycle used; ``on_bind`` tells it about each committed bind.
+    """
+
+    def admit(self, pending: PendingJob, ctx: CycleContext) -> Status:
         raise NotImplementedError
+
+    def on_bind(self, job: Job, gpus: float, ctx: CycleContext) -> None:
+        """``gpus`` of ``job`` were just bound in this cycle."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +173,12 @@ class ReservePlugin(Plugin):
 
 
 class VictimPlugin(Plugin):
-    """``select_victims``: which running jobs to preempt so that ``pending`` can start."""
+    """``select_victims``: which running jobs may be preempted so that ``pending`` can start.
+
+    Returns the eligible jobs, most preferred victim first; the ``preempt``
+    action then takes the fewest of them that make room, and evicts each
+    gang whole. An empty result means ``pending`` may not preempt.
+    """
 
     def select_victims(
         self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext

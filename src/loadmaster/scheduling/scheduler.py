@@ -36,7 +36,8 @@ class Scheduler:
         """Decide what to bind now, and say why every other pending job waits."""
         if not snapshot.pending:
             return CycleResult(decisions=())
-        session = self._session(snapshot, now, rng, self._ordered(snapshot.pending), snapshot.queues())
+        session = self._session(snapshot, now, rng, snapshot.pending, snapshot.queues())
+        session.queue = self._ordered(snapshot.pending, session.ctx)
         for action in self.profile.actions:
             _ACTIONS[action](session)
         return CycleResult(tuple(session.decisions), session.statuses, session.blocked)
@@ -54,7 +55,7 @@ class Scheduler:
             ctx=ctx, profile=self.profile, queue=queue, queues_pending=queues, static_masks=self._static_masks
         )
 
-    def _ordered(self, pending: Collection[PendingJob]) -> Collection[PendingJob]:
+    def _ordered(self, pending: Collection[PendingJob], ctx: CycleContext) -> Collection[PendingJob]:
         plugins = self.profile.order
         if all(p.follows_submission_order for p in plugins):
             return pending  # already in submission order: sorting would change nothing
@@ -62,7 +63,7 @@ class Scheduler:
         def key(item: PendingJob) -> tuple[object, ...]:
             parts: list[object] = []
             for plugin in plugins:
-                parts.extend(plugin.order_key(item.job))
+                parts.extend(plugin.order_key(item.job, ctx))
             return (*parts, item.job.submit_s, item.job.id)
 
         return sorted(pending, key=key)

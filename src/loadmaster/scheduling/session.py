@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Collection, Hashable
 from dataclasses import dataclass, field
 
-from loadmaster.model import PendingJob
+from loadmaster.model import Job, PendingJob
 from loadmaster.scheduling.decisions import Decision
-from loadmaster.scheduling.framework import BoolArray, CycleContext
+from loadmaster.scheduling.framework import BoolArray, CycleContext, OrderPlugin
 from loadmaster.scheduling.profile import Profile
 from loadmaster.scheduling.status import Status
 
@@ -32,11 +32,29 @@ class Session:
     blocked: dict[str, Status] = field(default_factory=dict)
     failed_shapes: dict[Hashable, Status] = field(default_factory=dict)
     static_masks: dict[Hashable, BoolArray] = field(default_factory=dict)
+    admission: bool = False
+    """Set by the ``admit`` action: ask the admit plugins before placing each job."""
+    state_version: int = 0
+    """Bumped at every bind, so views derived from the cycle's state know they are stale."""
+    bound: set[str] = field(default_factory=set)
+    """Jobs bound (started or partly placed) in this cycle."""
+    strict: bool = field(init=False, default=False)
+    """True when a job that cannot start blocks its queue."""
+    _splitters: list[OrderPlugin] = field(init=False, default_factory=list)
 
-    @property
-    def strict(self) -> bool:
-        """True when a job that cannot start blocks its queue."""
-        return any(p.strict for p in self.profile.order)
+    def __post_init__(self) -> None:
+        self._splitters = [p for p in self.profile.order if p.splits_queues]
+        self.strict = any(p.strict for p in self.profile.order)
+        if self._splitters:
+            self.queues_pending = frozenset(self.lane(p.job) for p in self.queue)
+
+    def lane(self, job: Job) -> str:
+        """The queue ``job`` competes in: a split queue's lane if a plugin splits queues, else its queue."""
+        for plugin in self._splitters:
+            lane = plugin.lane(job)
+            if lane is not None:
+                return lane
+        return job.queue
 
     def all_blocked(self) -> bool:
         """True once every queue with pending jobs is blocked: the rest of the cycle is moot."""

@@ -65,6 +65,22 @@ class WorkingState:
         self.memory_free[node] += sign * placement.memory_mib
         self._refresh(node)
 
+    def release(self, placement: TaskPlacement) -> None:
+        """Give a placement's resources back without logging (a future view of the cluster)."""
+        self._apply(placement, +1)
+
+    def copy(self) -> WorkingState:
+        """An independent copy with an empty log."""
+        return WorkingState(
+            nodes=self.nodes,
+            gpu_free=self.gpu_free.copy(),
+            cpu_free=self.cpu_free.copy(),
+            memory_free=self.memory_free.copy(),
+            whole_free=self.whole_free.copy(),
+            largest_share=self.largest_share.copy(),
+            free_milli=self.free_milli.copy(),
+        )
+
     def mark(self) -> int:
         """A point to roll back to."""
         return len(self._log)

@@ -1,4 +1,9 @@
-"""admit: ask every admit plugin whether a job may be considered in this cycle."""
+"""admit: turn on admission, so that every job is checked by the admit plugins before it is placed.
+
+Admission is asked job by job, right before placement, rather than for the
+whole queue up front: a quota must see what the binds earlier in the same
+cycle used.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,5 @@ from loadmaster.scheduling.session import Session
 
 
 def run(session: Session) -> None:
-    """Record a WAIT status for each job some admit plugin holds back."""
-    plugins = session.profile.admit
-    if not plugins:
-        return
-    for pending in session.queue:
-        for plugin in plugins:
-            status = plugin.admit(pending, session.ctx)
-            if not status.ok:
-                session.statuses[pending.job.id] = status
-                break
+    """Enable per-job admission for the actions that follow."""
+    session.admission = True

@@ -6,57 +6,89 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from loadmaster.model import Job, PendingJob
+from loadmaster.model import MILLI_PER_GPU, Job, PendingJob, TaskPlacement
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.decisions import Bind
 from loadmaster.scheduling.framework import BoolArray
 from loadmaster.scheduling.placement import Scoring, place_job
 from loadmaster.scheduling.session import Session
-from loadmaster.scheduling.status import Code, Status, unschedulable, wait
+from loadmaster.scheduling.state import WorkingState
+from loadmaster.scheduling.status import SUCCESS, Status, unschedulable, wait
 
 
 def run(session: Session) -> None:
-    """Try each admitted job in queue order; bind what the permit plugins accept."""
+    """Try each job in queue order; bind what admission and the permit plugins accept."""
     scoring = Scoring(tuple(session.profile.scores))
     for pending in session.queue:
         job = pending.job
-        if job.queue in session.blocked or job.id in session.statuses:
+        lane = session.lane(job)
+        if lane in session.blocked or job.id in session.statuses or job.id in session.bound:
             continue
-        status = _try(session, pending, scoring)
+        status = admit(session, pending)
+        if status.ok:
+            status = try_place(session, pending, scoring, session.ctx.state)
         if status.ok:
             continue
         session.statuses[job.id] = status
         if session.strict:
-            session.blocked[job.queue] = wait(
-                f"queued behind {job.id} in {job.queue} (strict FIFO); it waits on: {status.reason}",
-                "fifo",
+            session.blocked[lane] = wait(
+                f"queued behind {job.id} in {lane} (strict FIFO); it waits on: {status.reason}", "fifo"
             )
             if session.all_blocked():
                 return
 
 
-def _try(session: Session, pending: PendingJob, scoring: Scoring) -> Status:
-    shape = _shape(session, pending.job)
+def admit(session: Session, pending: PendingJob) -> Status:
+    """The first refusal of an admit plugin, or SUCCESS (also when admission is off)."""
+    if not session.admission:
+        return SUCCESS
+    for plugin in session.profile.admit:
+        status = plugin.admit(pending, session.ctx)
+        if not status.ok:
+            return status
+    return SUCCESS
+
+
+def try_place(
+    session: Session, pending: PendingJob, scoring: Scoring, state: WorkingState, view: Hashable = "now"
+) -> Status:
+    """Place ``pending`` on ``state`` and, if permitted, commit it to the cycle's state and bind it.
+
+    ``state`` is the cycle's state, or a shadow of it with reserved capacity
+    taken out (backfill), named by ``view`` for the memo of failed shapes; a
+    placement that fits a shadow fits the real state.
+    """
+    shape = (view, shape_of(session, pending.job))
     if not pending.bound and shape in session.failed_shapes:
         return session.failed_shapes[shape]
-    allowed = _allowed(session, pending.job)
+    allowed = allowed_nodes(session, pending.job)
     if isinstance(allowed, Status):
         return allowed
-    state = session.ctx.state
     mark = state.mark()
-    placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
+    with session.ctx.viewing(state):
+        placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
     permit = _permit(session, pending, len(placed))
+    state.rollback(mark)
     if not permit.ok or not placed:
-        state.rollback(mark)
         failure = status if not status.ok else permit
         if not pending.bound:
             session.failed_shapes[shape] = failure
         return failure
+    commit(session, pending, placed)
+    return SUCCESS if len(pending.bound) + len(placed) >= pending.job.min_available else status
+
+
+def commit(session: Session, pending: PendingJob, placed: list[TaskPlacement]) -> None:
+    """Take ``placed`` on the cycle's state, emit the Bind and tell the admit plugins."""
+    for placement in placed:
+        session.ctx.state.take(placement)
     starts = len(pending.bound) + len(placed) >= pending.job.min_available
     session.decisions.append(Bind(pending.job.id, tuple(placed), starts))
-    if starts:
-        return status if status.ok else Status(Code.SUCCESS)
-    return status
+    session.bound.add(pending.job.id)
+    session.state_version += 1
+    gpus = sum(p.gpu_milli * len(p.gpu_indices) for p in placed) / MILLI_PER_GPU
+    for plugin in session.profile.admit:
+        plugin.on_bind(pending.job, gpus, session.ctx)
 
 
 def _permit(session: Session, pending: PendingJob, placed: int) -> Status:
@@ -64,16 +96,18 @@ def _permit(session: Session, pending: PendingJob, placed: int) -> Status:
         verdict = plugin.permit(pending, placed)
         if not verdict.ok:
             return verdict
-    return Status(Code.SUCCESS)
+    return SUCCESS
 
 
-def _shape(session: Session, job: Job) -> Hashable:
+def shape_of(session: Session, job: Job) -> Hashable:
+    """What decides whether a job fits: equal shapes fit or fail together within a cycle."""
     extra = tuple(p.memo_key(job) for p in session.profile.filters)
     selector = tuple(sorted(job.node_selector.items()))
     return (job.pool, job.resource_type, selector, job.request, job.tasks, job.min_available, extra)
 
 
-def _allowed(session: Session, job: Job) -> BoolArray | Status:
+def allowed_nodes(session: Session, job: Job) -> BoolArray | Status:
+    """Nodes the job may use: its pool, type and selector, then every filter plugin."""
     key = (session.ctx.state.nodes, job.pool, job.resource_type, tuple(sorted(job.node_selector.items())))
     mask = session.static_masks.get(key)
     if mask is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loadmaster.model import Job
-from loadmaster.scheduling.framework import OrderPlugin
+from loadmaster.scheduling.framework import CycleContext, OrderPlugin
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,5 +31,5 @@ class Fifo(OrderPlugin):
         super().__init__(args)
         self.strict = (args or FifoArgs()).strict
 
-    def order_key(self, job: Job) -> tuple[float | str, ...]:
+    def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         return (job.submit_s, job.id)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from loadmaster.model import Job
-from loadmaster.scheduling.framework import OrderPlugin
+from loadmaster.scheduling.framework import CycleContext, OrderPlugin
 
 
 def _default_classes() -> dict[str, int]:
@@ -34,5 +34,5 @@ class PriorityClass(OrderPlugin):
         super().__init__(args)
         self.classes = dict((args or PriorityArgs()).classes)
 
-    def order_key(self, job: Job) -> tuple[float | str, ...]:
+    def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         return (-float(self.classes.get(job.priority_class, 0)), -float(job.priority))
