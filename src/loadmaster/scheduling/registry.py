@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from loadmaster.scheduling.framework import Plugin
+from loadmaster.scheduling.plugins.admission import ADMISSION_PLUGINS
+from loadmaster.scheduling.plugins.baselines import BASELINE_PLUGINS
 from loadmaster.scheduling.plugins.binpack import BinPack
 from loadmaster.scheduling.plugins.fifo import Fifo
 from loadmaster.scheduling.plugins.firstfit import FirstFit
@@ -14,6 +16,8 @@ from loadmaster.scheduling.plugins.random_fit import RandomFit
 from loadmaster.scheduling.plugins.spread import Spread
 
 PLUGINS: Mapping[str, type[Plugin]] = {
+    **BASELINE_PLUGINS,
+    **ADMISSION_PLUGINS,
     "fifo": Fifo,
     "priority": PriorityClass,
     "gang": Gang,
