@@ -29,7 +29,17 @@ from loadmaster.model import (
     TraceJob,
 )
 from loadmaster.model.snapshot import gpu_summary
-from loadmaster.scheduling import Bind, CycleResult, PluginSpec, Profile, Scheduler, build_profile
+from loadmaster.scheduling import (
+    ACTIONS,
+    PLUGINS,
+    Bind,
+    CycleResult,
+    PluginSpec,
+    Profile,
+    Scheduler,
+    build_profile,
+)
+from loadmaster.scheduling.framework import AdmitPlugin, ReservePlugin, VictimPlugin
 
 DEFAULT_TYPE = "gpu"
 
@@ -209,10 +219,24 @@ def a_snapshot(cluster: NodeTable) -> SnapshotBuilder:
     return SnapshotBuilder(cluster)
 
 
-def profile(*plugins: str, strict: bool = True, actions: Sequence[str] = ("allocate",)) -> Profile:
-    """A validated profile of ``plugins`` in the order given; ``strict`` is fifo's argument."""
+def profile(*plugins: str, strict: bool = True, actions: Sequence[str] | None = None) -> Profile:
+    """A validated profile of ``plugins`` in the order given; ``strict`` is fifo's argument.
+
+    Without ``actions``, the profile gets the actions its plugins need: ``admit``
+    for admit plugins, ``backfill`` for a reserve plugin, ``preempt`` for victim plugins.
+    """
     specs = [PluginSpec(name, {"strict": strict} if name == "fifo" else {}) for name in plugins]
-    return build_profile("test", actions, specs)
+    return build_profile("test", actions if actions is not None else needed_actions(plugins), specs)
+
+
+def needed_actions(plugins: Sequence[str]) -> list[str]:
+    """allocate, plus the actions through which the named plugins act, in the valid order."""
+    kinds = {name: PLUGINS[name] for name in plugins if name in PLUGINS}
+    wanted = {"allocate"}
+    wanted |= {"admit"} if any(issubclass(k, AdmitPlugin) for k in kinds.values()) else set()
+    wanted |= {"backfill"} if any(issubclass(k, ReservePlugin) for k in kinds.values()) else set()
+    wanted |= {"preempt"} if any(issubclass(k, VictimPlugin) for k in kinds.values()) else set()
+    return [a for a in ACTIONS if a in wanted]
 
 
 def trace(job: Job | JobBuilder, duration_s: float) -> TraceJob:

@@ -96,7 +96,7 @@ _COLUMNS: tuple[tuple[str, str, float], ...] = (
     ("alloc%", "allocation_mean", 0.01),
     ("frag%", "fragmentation_mean", 0.01),
     ("jain", "jain_fairness", 1.0),
-    ("idle GPUh", "held_idle_gpu_hours", 1.0),
+    ("waste GPUh", "wasted_gpu_hours", 1.0),
     ("left", "jobs_unfinished", 1.0),
 )
 
@@ -104,7 +104,8 @@ _COLUMNS: tuple[tuple[str, str, float], ...] = (
 _CAPTION = (
     "wait: mean queue wait; p99: 99th percentile wait; bsld: mean bounded slowdown; span: makespan; "
     "alloc: GPUs allocated; frag: free GPUs no waiting job can use; jain: fairness over users (1 = equal); "
-    "idle GPUh: GPU-hours held by partly started gangs; left: jobs that never ran. "
+    "waste GPUh: GPU-hours held idle by partly started gangs or lost to preemption; "
+    "left: jobs that never ran. "
     "Lower is better except alloc and jain."
 )
 

@@ -40,6 +40,8 @@ class JobRow:
     time_limit_s: float = 3600.0
     held_idle_gpu_s: float = 0.0
     reason: str = ""
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
 
     def by(self, user: str, group: str = "g1") -> JobRow:
         return replace(self, user=user, group=group)
@@ -70,6 +72,9 @@ class JobRow:
     def held_idle(self, gpu_s: float) -> JobRow:
         return replace(self, held_idle_gpu_s=gpu_s)
 
+    def preempted(self, times: int, lost_gpu_s: float) -> JobRow:
+        return replace(self, preemptions=times, lost_gpu_s=lost_gpu_s)
+
 
 def a_job(job_id: str) -> JobRow:
     return JobRow(job_id)
@@ -99,6 +104,10 @@ def make_table(*rows: JobRow) -> JobTable:
         node_names=np.array(["" if math.isnan(r.start_s) else "n0" for r in rows], dtype=np.str_),
         held_idle_gpu_s=col("held_idle_gpu_s", np.float64),
         reason=col("reason", np.str_),
+        preemptions=col("preemptions", np.int64),
+        lost_gpu_s=col("lost_gpu_s", np.float64),
+        wait_reason=np.full(len(rows), "", dtype=np.str_),
+        estimated_start_s=np.full(len(rows), np.nan),
     )
 
 
@@ -400,6 +409,10 @@ def big_table(n: int, seed: int = 0) -> JobTable:
         node_names=np.where(started, "n0", ""),
         held_idle_gpu_s=np.zeros(n),
         reason=reason,
+        preemptions=np.zeros(n, dtype=np.int64),
+        lost_gpu_s=np.zeros(n),
+        wait_reason=np.full(n, ""),
+        estimated_start_s=np.full(n, np.nan),
     )
 
 

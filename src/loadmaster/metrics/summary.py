@@ -95,6 +95,12 @@ class RunSummary:
     jain_fairness: float
     starved_jobs: int
     held_idle_gpu_hours: float
+    preempted_jobs: int
+    """Jobs evicted at least once."""
+    lost_gpu_hours: float
+    """GPU-hours of work thrown away by preemption."""
+    wasted_gpu_hours: float
+    """Held idle by partial gangs plus lost to preemption."""
     by_size: Mapping[str, GroupStats]
     by_group: Mapping[str, GroupStats]
 
@@ -396,6 +402,10 @@ def summarize(
         jain_fairness=_user_fairness(table, d),
         starved_jobs=_starved_jobs(table, timeline, d, starvation_wait_s),
         held_idle_gpu_hours=float(np.nansum(table.held_idle_gpu_s)) / _SECONDS_PER_HOUR,
+        preempted_jobs=int(np.count_nonzero(table.preemptions)),
+        lost_gpu_hours=float(np.nansum(table.lost_gpu_s)) / _SECONDS_PER_HOUR,
+        wasted_gpu_hours=float(np.nansum(table.held_idle_gpu_s) + np.nansum(table.lost_gpu_s))
+        / _SECONDS_PER_HOUR,
         by_size=_size_order(_group_stats(table.size_class, d)),
         by_group=_group_stats(table.group, d),
     )

@@ -13,11 +13,13 @@ from loadmaster.model.node import Node, NodeTable
 from loadmaster.model.outcome import JobTable, Timeline
 from loadmaster.model.resources import MILLI_PER_GPU, ResourceType, TaskRequest
 from loadmaster.model.snapshot import ClusterSnapshot, gpu_summary, node_gpu_summary
+from loadmaster.model.usage import DecayedUsage, UsageLedger
 
 __all__ = [
     "MILLI_PER_GPU",
     "SIZE_CLASSES",
     "ClusterSnapshot",
+    "DecayedUsage",
     "Job",
     "JobTable",
     "Node",
@@ -29,6 +31,7 @@ __all__ = [
     "TaskRequest",
     "Timeline",
     "TraceJob",
+    "UsageLedger",
     "gpu_summary",
     "node_gpu_summary",
     "size_class",

@@ -25,6 +25,11 @@ class JobTable:
     (rejected at arrival, or still pending when the run ended).
     ``held_idle_gpu_s`` counts GPU-seconds held by tasks of a partially bound
     gang while it waited for the rest (waste that gang scheduling prevents).
+    ``preemptions`` counts evictions and ``lost_gpu_s`` the GPU-seconds of
+    work they threw away (a requeued job restarts from the beginning).
+    ``wait_reason`` is why the job was still waiting in the last cycle before
+    it started, and ``estimated_start_s`` the first start a reservation
+    promised it (NaN if none did).
     """
 
     job_id: StrArray
@@ -44,6 +49,10 @@ class JobTable:
     node_names: StrArray
     held_idle_gpu_s: FloatArray
     reason: StrArray
+    preemptions: IntArray
+    lost_gpu_s: FloatArray
+    wait_reason: StrArray
+    estimated_start_s: FloatArray
 
     def __len__(self) -> int:
         return len(self.job_id)

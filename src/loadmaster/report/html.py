@@ -68,6 +68,8 @@ _METRICS: tuple[_Metric, ...] = (
     _Metric("Jain fairness (per-user bounded slowdown)", "jain_fairness", "higher"),
     _Metric("Starved jobs", "starved_jobs", "lower"),
     _Metric("Held-idle GPU hours", "held_idle_gpu_hours", "lower"),
+    _Metric("Preempted jobs", "preempted_jobs", "lower"),
+    _Metric("GPU hours lost to preemption", "lost_gpu_hours", "lower"),
 )
 """The comparison table's rows, in order; ``better`` None means no direction (not highlighted)."""
 

@@ -44,17 +44,17 @@ class CycleResult:
 
     Jobs examined in the cycle have their own status in ``statuses``. Jobs
     behind a blocked head of a strict queue were not examined: ``blocked``
-    maps the queue name to the status every one of them shares.
+    maps the queue's lane (``Profile.lane``) to the status they all share.
     """
 
     decisions: tuple[Decision, ...]
     statuses: Mapping[str, Status] = field(default_factory=dict)
     blocked: Mapping[str, Status] = field(default_factory=dict)
 
-    def status_of(self, job_id: str, queue: str) -> Status | None:
-        """Why ``job_id`` (in ``queue``) still waits after this cycle; None if it was bound."""
+    def status_of(self, job_id: str, lane: str) -> Status | None:
+        """Why ``job_id`` (in queue lane ``lane``, see ``Profile.lane``) still waits; None if it was bound."""
         found = self.statuses.get(job_id)
-        return found if found is not None else self.blocked.get(queue)
+        return found if found is not None else self.blocked.get(lane)
 
     @property
     def binds(self) -> tuple[Bind, ...]:

@@ -166,9 +166,19 @@ class PermitPlugin(Plugin):
 
 
 class ReservePlugin(Plugin):
-    """``reserve``: hold capacity for a job that cannot start now."""
+    """``reserve``: which waiting jobs hold a reservation, and how long jobs are expected to run.
 
-    def reserve(self, pending: PendingJob, ctx: CycleContext) -> Status:
+    Used by the ``backfill`` action: a job that cannot start now may reserve
+    its earliest start, computed from running jobs' expected ends; later jobs
+    start now only where they cannot delay a reservation.
+    """
+
+    def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
+        """Whether ``pending`` gets a reservation, ``held`` having been made already this cycle."""
+        raise NotImplementedError
+
+    def estimate_s(self, job: Job, ctx: CycleContext) -> float:
+        """Expected run time of ``job`` (its requested time limit unless the plugin predicts better)."""
         raise NotImplementedError
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pydantic
 
 from loadmaster.errors import ConfigError
+from loadmaster.model import Job
 from loadmaster.scheduling.framework import (
     AdmitPlugin,
     FilterPlugin,
@@ -39,6 +40,15 @@ class Profile:
     actions: tuple[str, ...]
     plugins: tuple[Plugin, ...]
     weights: Mapping[str, float]
+
+    def lane(self, job: Job) -> str:
+        """The queue ``job`` competes in: its size lane where a plugin splits queues, else its queue."""
+        for plugin in self.order:
+            if plugin.splits_queues:
+                lane = plugin.lane(job)
+                if lane is not None:
+                    return lane
+        return job.queue
 
     def of(self, kind: type[Plugin]) -> list[Any]:
         """The profile's plugins that implement extension point ``kind``, in profile order."""
@@ -102,6 +112,7 @@ def build_profile(
         seen.add(spec.name)
         built.append(_instantiate(spec, source, field))
     _check_combinations(built, source, where)
+    _check_actions_have_plugins(actions, built, source, where)
     weights = {spec.name: spec.weight for spec in plugins}
     return Profile(name=name, actions=tuple(actions), plugins=tuple(built), weights=weights)
 
@@ -118,8 +129,13 @@ def _check_actions(actions: Sequence[str], source: str, where: str) -> None:
         raise ConfigError(source, f"{where}.actions", "a profile needs the 'allocate' action")
     if len(set(actions)) != len(actions):
         raise ConfigError(source, f"{where}.actions", "an action is listed twice")
-    if "admit" in actions and actions.index("admit") > actions.index("allocate"):
-        raise ConfigError(source, f"{where}.actions", "'admit' must come before 'allocate'")
+    order = [a for a in ACTIONS if a in actions]
+    if list(actions) != order:
+        raise ConfigError(
+            source,
+            f"{where}.actions",
+            f"actions must run in this order: {', '.join(order)}; got {list(actions)}",
+        )
 
 
 def _instantiate(spec: PluginSpec, source: str, field: str) -> Plugin:
@@ -150,6 +166,30 @@ def _instantiate(spec: PluginSpec, source: str, field: str) -> Plugin:
     return cls(args)
 
 
+_NEEDS: tuple[tuple[type[Plugin], str, str], ...] = (
+    (ReservePlugin, "backfill", "a reserve plugin (backfill) only acts through the 'backfill' action"),
+    (VictimPlugin, "preempt", "a victim plugin only acts through the 'preempt' action"),
+    (AdmitPlugin, "admit", "an admit plugin is only asked when the profile lists the 'admit' action"),
+)
+
+
+def _check_actions_have_plugins(
+    actions: Sequence[str], plugins: Sequence[Plugin], source: str, where: str
+) -> None:
+    for kind, action, why in _NEEDS:
+        have = [p.name for p in plugins if isinstance(p, kind)]
+        if have and action not in actions:
+            raise ConfigError(source, f"{where}.actions", f"add '{action}': {why} ({', '.join(have)})")
+        if action in ("backfill", "preempt") and action in actions and not have:
+            raise ConfigError(
+                source,
+                f"{where}.plugins",
+                f"the '{action}' action needs a {kind.__name__} plugin; none listed",
+            )
+    if sum(isinstance(p, ReservePlugin) for p in plugins) > 1:
+        raise ConfigError(source, f"{where}.plugins", "at most one reserve plugin per profile")
+
+
 def _check_combinations(plugins: Sequence[Plugin], source: str, where: str) -> None:
     names = {p.name for p in plugins}
     for combo, reason in INCOMPATIBLE:
@@ -160,7 +200,7 @@ def _check_combinations(plugins: Sequence[Plugin], source: str, where: str) -> N
         raise ConfigError(source, f"{where}.plugins", "at most one place_gang plugin per profile")
     orders = [p for p in plugins if isinstance(p, OrderPlugin)]
     for earlier, later in itertools.pairwise(orders):
-        if earlier.follows_submission_order:
+        if earlier.follows_submission_order and not later.follows_submission_order:
             raise ConfigError(
                 source,
                 f"{where}.plugins",

@@ -6,11 +6,14 @@ from collections.abc import Mapping
 
 from loadmaster.scheduling.framework import Plugin
 from loadmaster.scheduling.plugins.admission import ADMISSION_PLUGINS
+from loadmaster.scheduling.plugins.backfill import Backfill
 from loadmaster.scheduling.plugins.baselines import BASELINE_PLUGINS
 from loadmaster.scheduling.plugins.binpack import BinPack
 from loadmaster.scheduling.plugins.fifo import Fifo
 from loadmaster.scheduling.plugins.firstfit import FirstFit
 from loadmaster.scheduling.plugins.gang import Gang
+from loadmaster.scheduling.plugins.multiqueue import MultiQueue
+from loadmaster.scheduling.plugins.preempt_priority import PriorityPreempt
 from loadmaster.scheduling.plugins.priority import PriorityClass
 from loadmaster.scheduling.plugins.random_fit import RandomFit
 from loadmaster.scheduling.plugins.spread import Spread
@@ -25,10 +28,13 @@ PLUGINS: Mapping[str, type[Plugin]] = {
     "binpack": BinPack,
     "spread": Spread,
     "random": RandomFit,
+    "backfill": Backfill,
+    "multi-queue": MultiQueue,
+    "priority-preempt": PriorityPreempt,
 }
 """Plugin name -> class."""
 
-ACTIONS: tuple[str, ...] = ("admit", "allocate")
+ACTIONS: tuple[str, ...] = ("admit", "allocate", "backfill", "preempt")
 """Action names a profile may list, in the order they make sense."""
 
 INCOMPATIBLE: tuple[tuple[frozenset[str], str], ...] = (

@@ -7,7 +7,7 @@ from collections.abc import Callable, Collection, Hashable
 import numpy as np
 
 from loadmaster.model import ClusterSnapshot, Job, NodeTable, PendingJob
-from loadmaster.scheduling.actions import admit, allocate
+from loadmaster.scheduling.actions import admit, allocate, backfill, preempt
 from loadmaster.scheduling.decisions import Bind, CycleResult
 from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
@@ -15,7 +15,12 @@ from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import SUCCESS, Status, unresolvable
 
-_ACTIONS: dict[str, Callable[[Session], None]] = {"admit": admit.run, "allocate": allocate.run}
+_ACTIONS: dict[str, Callable[[Session], None]] = {
+    "admit": admit.run,
+    "allocate": allocate.run,
+    "backfill": backfill.run,
+    "preempt": preempt.run,
+}
 
 
 class Scheduler:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from loadmaster.model import Job, PendingJob
 from loadmaster.scheduling.decisions import Decision
-from loadmaster.scheduling.framework import BoolArray, CycleContext, OrderPlugin
+from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
 from loadmaster.scheduling.status import Status
 
@@ -40,21 +40,15 @@ class Session:
     """Jobs bound (started or partly placed) in this cycle."""
     strict: bool = field(init=False, default=False)
     """True when a job that cannot start blocks its queue."""
-    _splitters: list[OrderPlugin] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
-        self._splitters = [p for p in self.profile.order if p.splits_queues]
         self.strict = any(p.strict for p in self.profile.order)
-        if self._splitters:
+        if any(p.splits_queues for p in self.profile.order):
             self.queues_pending = frozenset(self.lane(p.job) for p in self.queue)
 
     def lane(self, job: Job) -> str:
-        """The queue ``job`` competes in: a split queue's lane if a plugin splits queues, else its queue."""
-        for plugin in self._splitters:
-            lane = plugin.lane(job)
-            if lane is not None:
-                return lane
-        return job.queue
+        """The queue ``job`` competes in (see :meth:`Profile.lane`)."""
+        return self.profile.lane(job)
 
     def all_blocked(self) -> bool:
         """True once every queue with pending jobs is blocked: the rest of the cycle is moot."""

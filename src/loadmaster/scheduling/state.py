@@ -7,6 +7,7 @@ rolled back exactly (Volcano's statement commit/discard).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +69,23 @@ class WorkingState:
     def release(self, placement: TaskPlacement) -> None:
         """Give a placement's resources back without logging (a future view of the cluster)."""
         self._apply(placement, +1)
+
+    def subtract(self, placements: Sequence[TaskPlacement]) -> None:
+        """Take ``placements`` out without logging, never below zero (capacity held for a reservation).
+
+        A reservation's resources may still be in use now; clamping at zero
+        counts them once, which is the safe side for backfill.
+        """
+        touched = set()
+        for placement in placements:
+            node = placement.node
+            for gpu in placement.gpu_indices:
+                self.gpu_free[node, gpu] = max(self.gpu_free[node, gpu] - placement.gpu_milli, 0)
+            self.cpu_free[node] = max(self.cpu_free[node] - placement.cpu_milli, 0)
+            self.memory_free[node] = max(self.memory_free[node] - placement.memory_mib, 0)
+            touched.add(node)
+        for node in touched:
+            self._refresh(node)
 
     def copy(self) -> WorkingState:
         """An independent copy with an empty log."""

@@ -29,6 +29,8 @@ class Status:
     code: Code
     reason: str = ""
     plugin: str = ""
+    estimated_start_s: float | None = None
+    """When the job is expected to start, where a reservation holds capacity for it."""
 
     @property
     def ok(self) -> bool:
@@ -53,6 +55,6 @@ def unresolvable(reason: str, plugin: str = "") -> Status:
     return Status(Code.UNRESOLVABLE, reason, plugin)
 
 
-def wait(reason: str, plugin: str = "") -> Status:
+def wait(reason: str, plugin: str = "", estimated_start_s: float | None = None) -> Status:
     """Policy holds the job back for ``reason``."""
-    return Status(Code.WAIT, reason, plugin)
+    return Status(Code.WAIT, reason, plugin, estimated_start_s)

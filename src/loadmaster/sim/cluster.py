@@ -21,6 +21,7 @@ from loadmaster.model import (
     TaskPlacement,
 )
 from loadmaster.model.snapshot import gpu_summary, node_gpu_summary
+from loadmaster.model.usage import UsageLedger
 
 
 def _read_only(array: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -36,8 +37,11 @@ class SimCluster:
     submission order because jobs are added as they arrive.
     """
 
-    def __init__(self, nodes: NodeTable) -> None:
+    def __init__(self, nodes: NodeTable, half_life_s: float = 7 * 86_400.0, history_jobs: int = 5) -> None:
         self.nodes = nodes
+        self.usage = UsageLedger(half_life_s)
+        self.recent_runtimes: dict[str, tuple[float, ...]] = {}
+        self.history_jobs = history_jobs
         self.gpu_free = np.where(nodes.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
         self.cpu_free = nodes.cpu_milli.copy()
         self.memory_free = nodes.memory_mib.copy()
@@ -57,8 +61,8 @@ class SimCluster:
             )
         )
 
-    def snapshot(self) -> ClusterSnapshot:
-        """A view of the current state, valid until the next change."""
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        """A view of the current state at ``now``, valid until the next change."""
         gpu, cpu, memory, whole, largest, total = self._views
         return ClusterSnapshot(
             nodes=self.nodes,
@@ -71,7 +75,30 @@ class SimCluster:
             running=self.running.values(),
             pending=self.pending.values(),
             pending_queues=frozenset(self.queue_counts),
+            usage_gpu_s=self.usage.view(now),
+            recent_runtimes_s=self.recent_runtimes,
         )
+
+    def account(self, running: RunningJob, now: float, finished: bool) -> float:
+        """Charge a job's GPU-seconds to its user and group (fair share); return them.
+
+        Only a job that ``finished`` adds to its user's run-time history (a
+        preempted run says nothing about how long the job takes).
+        """
+        gpus = sum(p.gpu_milli * len(p.gpu_indices) for p in running.placements) / MILLI_PER_GPU
+        gpu_s = gpus * (now - running.start_s)
+        self.usage.charge(f"user/{running.job.user}", gpu_s, now)
+        self.usage.charge(f"group/{running.job.group}", gpu_s, now)
+        if finished:
+            past = self.recent_runtimes.get(running.job.user, ())
+            self.recent_runtimes[running.job.user] = (*past, now - running.start_s)[-self.history_jobs :]
+        return gpu_s
+
+    def requeue(self, pending: PendingJob) -> None:
+        """Put a preempted job back, keeping the pending jobs in submission order."""
+        self.add_pending(pending)
+        ordered = sorted(self.pending.values(), key=lambda p: (p.job.submit_s, p.job.id))
+        self.pending = {p.job.id: p for p in ordered}
 
     def add_pending(self, pending: PendingJob) -> None:
         self.pending[pending.job.id] = pending

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from loadmaster.model import JobTable, Timeline
 
 
 @dataclass(frozen=True, eq=False)
 class RunResult:
-    """The job table (one row per job) and the timeline (one sample per cycle)."""
+    """The job table (one row per job), the timeline (one sample per cycle) and explained jobs.
+
+    ``explanations`` maps each job asked for in ``SimOptions.explain`` to its
+    story: (time, what happened or why it waited), one entry per change.
+    """
 
     jobs: JobTable
     timeline: Timeline
+    explanations: Mapping[str, list[tuple[float, str]]] = field(default_factory=dict)

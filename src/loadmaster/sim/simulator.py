@@ -2,33 +2,27 @@
 
 Each step pops every event due at the earliest time (completions first, then
 arrivals, then periodic ticks), runs one scheduling cycle on the resulting
-snapshot, carries out its binds and samples the timeline. A job that can
-never fit is rejected when it arrives, with the reason; a job still waiting
-when nothing more can happen keeps the reason of the last cycle.
+snapshot, carries out its decisions (evictions before binds) and samples the
+timeline. A job that can never fit is rejected when it arrives, with the
+reason; a job still waiting when nothing more can happen keeps the reason of
+the last cycle. A preempted job is requeued at its original submit time and
+restarts from the beginning; the GPU time it lost is counted.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from loadmaster.errors import SimulationError
-from loadmaster.model import (
-    MILLI_PER_GPU,
-    Job,
-    JobTable,
-    NodeTable,
-    PendingJob,
-    RunningJob,
-    TaskPlacement,
-    TraceJob,
-)
-from loadmaster.scheduling import Bind, CycleResult, Scheduler
+from loadmaster.model import MILLI_PER_GPU, Job, NodeTable, PendingJob, RunningJob, TaskPlacement, TraceJob
+from loadmaster.scheduling import Bind, CycleResult, Preempt, Reserve, Scheduler, Status
 from loadmaster.sim.cluster import SimCluster
 from loadmaster.sim.events import EventQueue, Kind
+from loadmaster.sim.joblog import JobLog
 from loadmaster.sim.recorder import TimelineRecorder
 from loadmaster.sim.result import RunResult
 
@@ -43,18 +37,10 @@ class SimOptions:
     """Also run a cycle every ``period_s`` seconds, like a live scheduler; None: only on events."""
     progress: Callable[[int], None] | None = None
     """Called with the number of jobs that reached a final state since the previous call."""
-
-
-class _JobLog:
-    """Per-job outcome columns, filled as the run goes."""
-
-    def __init__(self, count: int) -> None:
-        self.start = np.full(count, np.nan)
-        self.end = np.full(count, np.nan)
-        self.nodes_used = np.zeros(count, dtype=np.int64)
-        self.node_names = [""] * count
-        self.held_idle_gpu_s = np.zeros(count)
-        self.reason = [""] * count
+    fair_share_half_life_s: float = 7 * 86_400.0
+    """Half-life of past usage in the fair-share ledger (Slurm's PriorityDecayHalfLife; 7 days)."""
+    explain: frozenset[str] = field(default_factory=frozenset)
+    """Job ids whose every change of status is recorded in ``RunResult.explanations``."""
 
 
 class Simulator:
@@ -70,13 +56,14 @@ class Simulator:
         self.index = {t.job.id: i for i, t in enumerate(self.jobs)}
         if len(self.index) != len(self.jobs):
             raise SimulationError("job ids must be unique within a workload")
-        self.cluster = SimCluster(nodes)
+        self.cluster = SimCluster(nodes, options.fair_share_half_life_s)
         self.recorder = TimelineRecorder(nodes)
-        self.log = _JobLog(len(self.jobs))
+        self.log = JobLog(len(self.jobs))
         self.events = EventQueue()
         self.rng = np.random.default_rng(options.seed)
         self._bind_times: dict[str, list[tuple[float, float]]] = {}
         self._last: CycleResult | None = None
+        self.explanations: dict[str, list[tuple[float, str]]] = {j: [] for j in options.explain}
 
     def run(self) -> RunResult:
         """Simulate until no event is left; return the job table and the timeline."""
@@ -95,51 +82,82 @@ class Simulator:
                 # running and nothing left to arrive, no later cycle could change anything.
                 self.events.push(now + (self.options.period_s or math.inf), Kind.TICK)
         self._close_pending(self._end_time())
-        return RunResult(jobs=self._job_table(), timeline=self.recorder.timeline())
+        return RunResult(
+            jobs=self.log.table(self.jobs), timeline=self.recorder.timeline(), explanations=self.explanations
+        )
 
     def _handle(self, kind: Kind, index: int, now: float) -> bool:
         """Carry out one event; True if it was a periodic tick."""
         if kind is Kind.COMPLETION:
             self._complete(index, now)
         elif kind is Kind.ARRIVAL:
-            self._arrive(index)
+            self._arrive(index, now)
         return kind is Kind.TICK
 
     def _arrivals_left(self, now: float) -> bool:
         return bool(self.jobs) and self.jobs[-1].job.submit_s > now
 
-    def _arrive(self, index: int) -> None:
+    def _arrive(self, index: int, now: float) -> None:
         job = self.jobs[index].job
         verdict = self.scheduler.feasible(job, self.nodes)
         if not verdict.ok:
             self.log.reason[index] = verdict.reason
+            self._explain(job.id, now, f"rejected at arrival: {verdict.reason}")
             self._report(1)
             return
-        pending = PendingJob(job)
+        self._explain(job.id, now, "submitted")
+        self._enqueue(PendingJob(job))
+
+    def _enqueue(self, pending: PendingJob) -> None:
         self.cluster.add_pending(pending)
         self.recorder.enqueue(pending)
 
     def _complete(self, index: int, now: float) -> None:
-        job = self.jobs[index].job
-        running = self.cluster.running.pop(job.id)
-        for placement in running.placements:
-            self.cluster.release(placement)
+        trace = self.jobs[index]
+        running = self.cluster.running.get(trace.job.id)
+        if running is None or running.start_s + trace.duration_s != now:
+            return  # the run this event was for was preempted
+        del self.cluster.running[trace.job.id]
+        self._release(running)
+        self.cluster.account(running, now, finished=True)
         self.log.end[index] = now
+        self._explain(trace.job.id, now, "finished")
         self._report(1)
 
-    def _cycle(self, now: float) -> None:
-        if not self.cluster.pending:
-            self._sample(now)
-            return
-        result = self.scheduler.cycle(self.cluster.snapshot(), now, self.rng)
-        for decision in result.decisions:
-            if isinstance(decision, Bind):
-                self._bind(decision, now)
-        self._last = result
-        self._sample(now)
+    def _release(self, running: RunningJob) -> None:
+        for placement in running.placements:
+            self.cluster.release(placement)
 
-    def _sample(self, now: float) -> None:
+    def _cycle(self, now: float) -> None:
+        if self.cluster.pending:
+            result = self.scheduler.cycle(self.cluster.snapshot(now), now, self.rng)
+            for decision in result.decisions:
+                if isinstance(decision, Preempt):
+                    self._preempt(decision, now)
+                elif isinstance(decision, Bind):
+                    self._bind(decision, now)
+                elif isinstance(decision, Reserve):
+                    self._reserved(decision)
+            self._last = result
+            self._explain_cycle(result, now)
         self.recorder.sample(now, self.cluster.gpu_free, self.cluster.free_milli)
+
+    def _reserved(self, reserve: Reserve) -> None:
+        index = self.index[reserve.job_id]
+        if math.isnan(self.log.estimated_start[index]):
+            self.log.estimated_start[index] = reserve.start_s
+
+    def _preempt(self, preempt: Preempt, now: float) -> None:
+        running = self.cluster.running.pop(preempt.job_id)
+        self._release(running)
+        index = self.index[preempt.job_id]
+        self.log.lost_gpu_s[index] += self.cluster.account(running, now, finished=False)
+        self.log.preemptions[index] += 1
+        self.log.start[index] = np.nan
+        self._explain(preempt.job_id, now, f"preempted and requeued: {preempt.reason}")
+        pending = PendingJob(running.job)
+        self.cluster.requeue(pending)
+        self.recorder.enqueue(pending)
 
     def _bind(self, bind: Bind, now: float) -> None:
         pending = self.cluster.pending[bind.job_id]
@@ -163,8 +181,28 @@ class Simulator:
         self.log.nodes_used[index] = len(nodes)
         self.log.node_names[index] = ",".join(self.nodes.nodes[n].name for n in nodes)
         binds = self._bind_times.pop(job.id)
-        self.log.held_idle_gpu_s[index] = sum((now - t) * g for t, g in binds)
+        self.log.held_idle_gpu_s[index] += sum((now - t) * g for t, g in binds)
+        status = self._status(job)
+        if status is not None and now > job.submit_s:
+            self.log.wait_reason[index] = str(status)
+        self._explain(job.id, now, f"started on {self.log.node_names[index]}")
         self.events.push(now + self.jobs[index].duration_s, Kind.COMPLETION, index)
+
+    def _status(self, job: Job) -> Status | None:
+        """Why ``job`` waited in the last cycle (None before any cycle or if it was bound)."""
+        return self._last.status_of(job.id, self.scheduler.profile.lane(job)) if self._last else None
+
+    def _explain_cycle(self, result: CycleResult, now: float) -> None:
+        for job_id in self.explanations:
+            pending = self.cluster.pending.get(job_id)
+            if pending is not None:
+                status = result.status_of(job_id, self.scheduler.profile.lane(pending.job))
+                self._explain(job_id, now, f"waiting: {status}" if status is not None else "waiting")
+
+    def _explain(self, job_id: str, now: float, text: str) -> None:
+        trail = self.explanations.get(job_id)
+        if trail is not None and (not trail or trail[-1][1] != text):
+            trail.append((now, text))
 
     def _end_time(self) -> float:
         ends = self.log.end[~np.isnan(self.log.end)]
@@ -174,37 +212,15 @@ class Simulator:
     def _close_pending(self, end_s: float) -> None:
         for job_id, pending in self.cluster.pending.items():
             binds = self._bind_times.pop(job_id, [])
-            self.log.held_idle_gpu_s[self.index[job_id]] = sum((end_s - t) * g for t, g in binds)
-            status = self._last.status_of(job_id, pending.job.queue) if self._last else None
+            index = self.index[job_id]
+            self.log.held_idle_gpu_s[index] += sum((end_s - t) * g for t, g in binds)
+            status = self._status(pending.job)
             why = status.reason if status is not None else "never examined"
-            self.log.reason[self.index[job_id]] = f"still pending when the run ended: {why}"
+            self.log.reason[index] = f"still pending when the run ended: {why}"
 
     def _report(self, count: int) -> None:
         if self.options.progress is not None:
             self.options.progress(count)
-
-    def _job_table(self) -> JobTable:
-        jobs = [t.job for t in self.jobs]
-        log = self.log
-        return JobTable(
-            job_id=np.array([j.id for j in jobs], dtype=str),
-            user=np.array([j.user for j in jobs], dtype=str),
-            group=np.array([j.group for j in jobs], dtype=str),
-            queue=np.array([j.queue for j in jobs], dtype=str),
-            pool=np.array([j.pool or "*" for j in jobs], dtype=str),
-            size_class=np.array([j.size_class for j in jobs], dtype=str),
-            tasks=np.array([j.tasks for j in jobs], dtype=np.int64),
-            gpus=np.array([j.gpus for j in jobs], dtype=float),
-            submit_s=np.array([j.submit_s for j in jobs], dtype=float),
-            start_s=log.start,
-            end_s=log.end,
-            duration_s=np.array([t.duration_s for t in self.jobs], dtype=float),
-            time_limit_s=np.array([j.time_limit_s for j in jobs], dtype=float),
-            nodes_used=log.nodes_used,
-            node_names=np.array(log.node_names, dtype=str),
-            held_idle_gpu_s=log.held_idle_gpu_s,
-            reason=np.array(log.reason, dtype=str),
-        )
 
 
 def simulate(
@@ -212,6 +228,3 @@ def simulate(
 ) -> RunResult:
     """Run one simulation; see :class:`Simulator`."""
     return Simulator(nodes, scheduler, jobs, options or SimOptions()).run()
-
-
-__all__ = ["SimOptions", "Simulator", "simulate"]

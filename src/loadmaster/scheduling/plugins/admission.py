@@ -5,5 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from loadmaster.scheduling.framework import Plugin
+from loadmaster.scheduling.plugins.dedicated import Dedicated
+from loadmaster.scheduling.plugins.quota import Quota
+from loadmaster.scheduling.plugins.resource_types import ResourceTypes
+from loadmaster.scheduling.plugins.size_zones import SizeZones
 
-ADMISSION_PLUGINS: Mapping[str, type[Plugin]] = {}
+ADMISSION_PLUGINS: Mapping[str, type[Plugin]] = {
+    "quota": Quota,
+    "dedicated": Dedicated,
+    "size-zones": SizeZones,
+    "resource-types": ResourceTypes,
+}

@@ -14,13 +14,13 @@ from loadmaster.model import Job
 from loadmaster.scheduling.framework import CycleContext, OrderPlugin
 
 
-def _default_classes() -> dict[str, int]:
+def default_classes() -> dict[str, int]:
     return {"critical": 1000, "high": 100, "normal": 0, "low": -100, "best-effort": -1000}
 
 
 @dataclass(frozen=True, slots=True)
 class PriorityArgs:
-    classes: Mapping[str, int] = field(default_factory=_default_classes)
+    classes: Mapping[str, int] = field(default_factory=default_classes)
     """Value of each priority class name; higher runs first. Unknown classes count as 0."""
 
 

@@ -1,0 +1,49 @@
+"""Fair-share usage: past GPU-seconds per user and group, decaying with a half-life (Slurm's model)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class UsageLedger:
+    """Decayed GPU-seconds per key; a charge made at time t is worth 2^-((now - t) / half_life) now."""
+
+    half_life_s: float
+    _value: dict[str, float] = field(default_factory=dict)
+    _as_of: dict[str, float] = field(default_factory=dict)
+
+    def charge(self, key: str, gpu_s: float, now: float) -> None:
+        """Add ``gpu_s`` GPU-seconds to ``key`` at time ``now``."""
+        self._value[key] = self.value(key, now) + gpu_s
+        self._as_of[key] = now
+
+    def value(self, key: str, now: float) -> float:
+        """``key``'s usage as of ``now``."""
+        if key not in self._value:
+            return 0.0
+        return float(self._value[key] * 0.5 ** ((now - self._as_of[key]) / self.half_life_s))
+
+    def view(self, now: float) -> DecayedUsage:
+        """A read-only mapping of every key's usage as of ``now``, decayed on access."""
+        return DecayedUsage(self, now)
+
+
+@dataclass(frozen=True, eq=False)
+class DecayedUsage(Mapping[str, float]):
+    """What a snapshot carries: usage per key as of one instant."""
+
+    ledger: UsageLedger
+    now: float
+
+    def __getitem__(self, key: str) -> float:
+        if key not in self.ledger._value:
+            raise KeyError(key)
+        return self.ledger.value(key, self.now)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.ledger._value)
+
+    def __len__(self) -> int:
+        return len(self.ledger._value)

@@ -1,0 +1,68 @@
+"""backfill: reservations for waiting jobs, so that later jobs may start without delaying them.
+
+EASY (``mode: easy``): the first job that cannot start reserves its earliest
+start, computed from running jobs' expected ends; a later job starts now only
+if it ends before that reservation or uses capacity the reservation does not
+need. Conservative (``mode: conservative``): every waiting job ahead holds a
+reservation (up to ``depth`` per cycle, which bounds the cycle's cost).
+
+The starvation guard gives any job that has waited ``starvation_s`` a
+reservation whatever the depth, so no job waits past the guard plus the run
+time of the jobs ahead of it. Run times come from requested time limits, or
+(``estimate: history``) from the mean of the user's last run times, capped by
+the limit; history makes reservations tighter but they can then be missed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from loadmaster.model import Job, PendingJob
+from loadmaster.scheduling.framework import CycleContext, ReservePlugin
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillArgs:
+    mode: Literal["easy", "conservative"] = "easy"
+    """easy: only the first blocked job (and starving ones) reserve; conservative: up to ``depth``."""
+    depth: int = 16
+    """Most reservations per cycle in conservative mode (each costs a scan of running jobs' ends)."""
+    starvation_s: float | None = 86_400.0
+    """A job waiting longer than this always gets a reservation (None: no guard)."""
+    estimate: Literal["limit", "history"] = "limit"
+    """Run-time estimate: the requested time limit, or the user's recent run times capped by it."""
+    history_jobs: int = 2
+    """How many of the user's most recent run times the history estimate averages."""
+
+    def __post_init__(self) -> None:
+        if self.depth < 1:
+            raise ValueError(f"depth must be >= 1, got {self.depth}")
+        if self.history_jobs < 1:
+            raise ValueError(f"history_jobs must be >= 1, got {self.history_jobs}")
+
+
+class Backfill(ReservePlugin):
+    """Decides who reserves and how long jobs are expected to run; the ``backfill`` action does the rest."""
+
+    name = "backfill"
+    Args = BackfillArgs
+
+    def __init__(self, args: BackfillArgs | None = None) -> None:
+        super().__init__(args)
+        self.settings: BackfillArgs = args or BackfillArgs()
+
+    def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
+        limit = 1 if self.settings.mode == "easy" else self.settings.depth
+        if held < limit:
+            return True
+        guard = self.settings.starvation_s
+        return guard is not None and ctx.now - pending.job.submit_s >= guard
+
+    def estimate_s(self, job: Job, ctx: CycleContext) -> float:
+        if self.settings.estimate == "limit":
+            return job.time_limit_s
+        recent = ctx.snapshot.recent_runtimes_s.get(job.user, ())[-self.settings.history_jobs :]
+        if not recent:
+            return job.time_limit_s
+        return min(sum(recent) / len(recent), job.time_limit_s)

@@ -1,0 +1,113 @@
+"""drf: Dominant Resource Fairness (Ghodsi et al., NSDI'11) as a queue order.
+
+A job's owner holds some share of the cluster's GPUs, CPU and memory through
+its running jobs; the largest of those shares is its dominant share. Serving
+the owner with the smallest dominant share first equalises dominant shares,
+so a user who holds little of the scarcest resource is not starved by one
+who holds much of it, whichever resource that is. On a GPU cluster the
+dominant resource is usually GPUs, but CPU- or memory-heavy jobs count too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.model import MILLI_PER_GPU, Job, NodeTable, RunningJob
+from loadmaster.scheduling.framework import CycleContext, OrderPlugin
+
+Level = Literal["user", "group", "both"]
+
+
+@dataclass(frozen=True, slots=True)
+class DrfArgs:
+    level: Level = "user"
+    """Whose share decides: "user", "group", or "both" (group share first, then user share within it)."""
+    strict: bool = False
+    """Block the queue behind a head job that cannot start (False: later jobs may pass it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DominantShares:
+    """One cycle's dominant share of every user and group holding resources (others hold 0)."""
+
+    user: Mapping[str, float]
+    group: Mapping[str, float]
+
+
+def cluster_totals(nodes: NodeTable) -> npt.NDArray[np.float64]:
+    """The cluster's capacity as (milli-GPU, milli-CPU, memory MiB)."""
+    return np.array(
+        [nodes.total_gpus * MILLI_PER_GPU, nodes.cpu_milli.sum(), nodes.memory_mib.sum()], dtype=float
+    )
+
+
+def held(job: RunningJob) -> tuple[float, float, float]:
+    """What a running job holds, as (milli-GPU, milli-CPU, memory MiB)."""
+    gpu = sum(p.gpu_milli * len(p.gpu_indices) for p in job.placements)
+    cpu = sum(p.cpu_milli for p in job.placements)
+    memory = sum(p.memory_mib for p in job.placements)
+    return float(gpu), float(cpu), float(memory)
+
+
+def dominant(usage: Mapping[str, list[float]], totals: npt.NDArray[np.float64]) -> dict[str, float]:
+    """Each owner's largest share over the resources the cluster has (a resource it lacks is skipped)."""
+    has = totals > 0
+    shares: dict[str, float] = {}
+    for owner, amounts in usage.items():
+        ratios = np.asarray(amounts, dtype=float)[has] / totals[has]
+        shares[owner] = float(ratios.max()) if ratios.size else 0.0
+    return shares
+
+
+def dominant_shares(running: Collection[RunningJob], nodes: NodeTable) -> DominantShares:
+    """Sum what each user and group holds, then take each one's dominant share."""
+    by_user: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    by_group: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for job in running:
+        amounts = held(job)
+        for owner in (by_user[job.job.user], by_group[job.job.group]):
+            for i, amount in enumerate(amounts):
+                owner[i] += amount
+    totals = cluster_totals(nodes)
+    return DominantShares(user=dominant(by_user, totals), group=dominant(by_group, totals))
+
+
+class DominantResourceFairness(OrderPlugin):
+    """Key = (dominant share of the job's owner, submit time, id); with level "both", group then user.
+
+    Shares are computed once per cycle from ``snapshot.running`` and kept in
+    ``ctx.data["drf"]``; they are not updated by binds within the cycle.
+    """
+
+    name = "drf"
+    Args = DrfArgs
+
+    def __init__(self, args: DrfArgs | None = None) -> None:
+        super().__init__(args)
+        chosen = args or DrfArgs()
+        self.strict = chosen.strict
+        self.level: Level = chosen.level
+
+    def shares(self, ctx: CycleContext) -> DominantShares:
+        """This cycle's shares, computed on first use."""
+        cached = ctx.data.get(self.name)
+        if not isinstance(cached, DominantShares):
+            cached = dominant_shares(ctx.snapshot.running, ctx.snapshot.nodes)
+            ctx.data[self.name] = cached
+        return cached
+
+    def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
+        shares = self.shares(ctx)
+        user = shares.user.get(job.user, 0.0)
+        group = shares.group.get(job.group, 0.0)
+        if self.level == "user":
+            return (user, job.submit_s, job.id)
+        if self.level == "group":
+            return (group, job.submit_s, job.id)
+        return (group, user, job.submit_s, job.id)

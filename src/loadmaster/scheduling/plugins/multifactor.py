@@ -1,0 +1,164 @@
+"""multifactor: Slurm's multifactor priority as a queue order.
+
+Priority is a weighted sum of factors, each in [0, 1]:
+
+    priority = w_age * age + w_size * size + w_fairshare * fairshare
+             + w_queue * queue + w_class * class
+
+``age`` grows with the wait up to ``max_age_s``; ``size`` is the job's share
+of the cluster's GPUs (or one minus it with ``favor_small``); ``fairshare`` is
+Slurm's classic ``2^(-usage / shares)``, so an owner who used less than its
+share of the decayed past GPU-seconds ranks higher; ``queue`` and ``class``
+come from tables. One number lets a site trade waiting time against fairness
+and size by weights alone, which is why Slurm sites use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from loadmaster.model import Job
+from loadmaster.scheduling.framework import CycleContext, OrderPlugin
+
+Weight = Annotated[float, Field(ge=0)]
+Unit = Annotated[float, Field(ge=0, le=1)]
+FairshareLevel = Literal["user", "group", "both"]
+OwnerKey = Annotated[str, Field(pattern=r"^(user|group)/.+")]
+"""An owner as the snapshot's usage names it: ``user/<name>`` or ``group/<name>``."""
+
+WEEK_S = 7 * 24 * 3600.0
+UNKNOWN_FACTOR = 0.5
+"""Factor of a queue or class that the tables do not name (the middle of the range)."""
+
+
+def default_classes() -> dict[str, float]:
+    """The priority plugin's default class values (-1000 .. 1000) mapped linearly onto [0, 1]."""
+    return {"critical": 1.0, "high": 0.55, "normal": 0.5, "low": 0.45, "best-effort": 0.0}
+
+
+@dataclass(frozen=True, slots=True)
+class MultifactorArgs:
+    age_weight: Weight = 1000.0
+    """Weight of the age factor ``min(wait / max_age_s, 1)``."""
+    fairshare_weight: Weight = 10000.0
+    """Weight of the fair-share factor ``2^(-usage / shares)`` (Slurm examples make it the largest)."""
+    size_weight: Weight = 1000.0
+    """Weight of the size factor ``job GPUs / cluster GPUs`` (one minus that with ``favor_small``)."""
+    queue_weight: Weight = 1000.0
+    """Weight of the queue factor from ``queue_weights``."""
+    class_weight: Weight = 1000.0
+    """Weight of the priority-class factor from ``classes``."""
+    max_age_s: Annotated[float, Field(gt=0)] = WEEK_S
+    """Wait at which the age factor reaches 1 and stops growing (Slurm's PriorityMaxAge, 7 days)."""
+    favor_small: bool = False
+    """Rank small jobs higher instead of large ones (Slurm's PriorityFavorSmall)."""
+    fairshare_level: FairshareLevel = "user"
+    """Whose usage counts: "user", "group", or "both" (the product of the group and user factors)."""
+    shares: Mapping[OwnerKey, Annotated[float, Field(ge=0)]] = field(default_factory=dict)
+    """Raw shares keyed ``user/<name>`` or ``group/<name>``; owners not named get 1 (equal shares).
+
+    An owner's share is its raw share over the sum for the owners of its level
+    that are named here or have jobs running or pending.
+    """
+    queue_weights: Mapping[str, Unit] = field(default_factory=dict)
+    """Queue factor (0..1) of each queue name; unnamed queues get 0.5."""
+    classes: Mapping[str, Unit] = field(default_factory=default_classes)
+    """Class factor (0..1) of each priority class; unnamed classes get 0.5 (like "normal")."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleFactors:
+    """What one cycle's factors need, computed once: cluster GPUs and each owner's fair-share factor."""
+
+    cluster_gpus: float
+    user_fairshare: Mapping[str, float]
+    group_fairshare: Mapping[str, float]
+
+
+def fairshare_factors(
+    level: str, owners: Iterable[str], usage_gpu_s: Mapping[str, float], shares: Mapping[str, float]
+) -> dict[str, float]:
+    """``2^(-U/S)`` per owner of ``level`` ("user" or "group").
+
+    ``U`` is the owner's decayed usage over the level's total (0 when nobody
+    used anything), ``S`` its normalised share; an owner with no share gets 0.
+    """
+    prefix = f"{level}/"
+    named = {key[len(prefix) :]: value for key, value in shares.items() if key.startswith(prefix)}
+    raw = {owner: named.get(owner, 1.0) for owner in {*owners, *named}}
+    total_share = sum(raw.values())
+    total_usage = sum(v for k, v in usage_gpu_s.items() if k.startswith(prefix))
+    factors: dict[str, float] = {}
+    for owner, share in raw.items():
+        used = usage_gpu_s.get(prefix + owner, 0.0) / total_usage if total_usage > 0 else 0.0
+        normalised = share / total_share if total_share > 0 else 0.0
+        factors[owner] = 2.0 ** (-used / normalised) if normalised > 0 else 0.0
+    return factors
+
+
+def cycle_factors(ctx: CycleContext, shares: Mapping[str, float]) -> CycleFactors:
+    """Fair-share factors of every user and group with running or pending jobs, and the cluster's GPUs."""
+    snapshot = ctx.snapshot
+    jobs = [r.job for r in snapshot.running] + [p.job for p in snapshot.pending]
+    usage = snapshot.usage_gpu_s
+    return CycleFactors(
+        cluster_gpus=float(snapshot.nodes.total_gpus),
+        user_fairshare=fairshare_factors("user", {j.user for j in jobs}, usage, shares),
+        group_fairshare=fairshare_factors("group", {j.group for j in jobs}, usage, shares),
+    )
+
+
+class Multifactor(OrderPlugin):
+    """Key = (-priority, submit time, id): the highest weighted sum of factors first.
+
+    Per-cycle normalisations (cluster GPUs, fair-share factors) are computed
+    on the first key of a cycle and kept in ``ctx.data["multifactor"]``.
+    """
+
+    name = "multifactor"
+    Args = MultifactorArgs
+
+    def __init__(self, args: MultifactorArgs | None = None) -> None:
+        super().__init__(args)
+        self.config = args or MultifactorArgs()
+        self.queue_factors = dict(self.config.queue_weights)
+        self.class_factors = dict(self.config.classes)
+        self.shares = dict(self.config.shares)
+
+    def factors(self, ctx: CycleContext) -> CycleFactors:
+        """This cycle's normalisations, computed on first use."""
+        cached = ctx.data.get(self.name)
+        if not isinstance(cached, CycleFactors):
+            cached = cycle_factors(ctx, self.shares)
+            ctx.data[self.name] = cached
+        return cached
+
+    def fairshare(self, job: Job, factors: CycleFactors) -> float:
+        """The job's fair-share factor at the configured level."""
+        level = self.config.fairshare_level
+        user = factors.user_fairshare.get(job.user, 1.0)
+        group = factors.group_fairshare.get(job.group, 1.0)
+        return user if level == "user" else group if level == "group" else group * user
+
+    def priority(self, job: Job, ctx: CycleContext) -> float:
+        """The weighted sum of the job's five factors."""
+        c = self.config
+        factors = self.factors(ctx)
+        age = min(max(ctx.now - job.submit_s, 0.0) / c.max_age_s, 1.0)
+        size = min(job.gpus / factors.cluster_gpus, 1.0) if factors.cluster_gpus > 0 else 0.0
+        if c.favor_small:
+            size = 1.0 - size
+        return (
+            c.age_weight * age
+            + c.size_weight * size
+            + c.fairshare_weight * self.fairshare(job, factors)
+            + c.queue_weight * self.queue_factors.get(job.queue, UNKNOWN_FACTOR)
+            + c.class_weight * self.class_factors.get(job.priority_class, UNKNOWN_FACTOR)
+        )
+
+    def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
+        return (-self.priority(job, ctx), job.submit_s, job.id)

@@ -1,0 +1,295 @@
+"""quota: GPU quotas per organisation and group, with borrowing, lending and reclaim (Kueue cohorts).
+
+Lab A holds 20 GPUs and lab B 10: each group is guaranteed its ``nominal``
+GPUs. A group may go above its nominal only by borrowing what other groups
+of its organisation leave unused and are willing to lend (``lending_limit``),
+up to its own ``borrowing_limit``, plus any part of the organisation's
+nominal that no group holds. A group that wants its nominal back reclaims it:
+``select_victims`` offers the running jobs of groups that are borrowing.
+
+Quota counts GPUs that are bound, never GPUs that are merely admitted: a job
+is admitted right before it is placed, and its GPUs count only once
+``on_bind`` reports them, so a job that does not fit the cluster uses no
+quota and quota is never mistaken for capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import NonNegativeFloat
+
+from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, Job, PendingJob, RunningJob, TaskPlacement
+from loadmaster.scheduling.framework import AdmitPlugin, CycleContext, VictimPlugin
+from loadmaster.scheduling.plugins.priority import default_classes
+from loadmaster.scheduling.status import SUCCESS, Status, unresolvable, wait
+
+EPSILON_GPUS = 1e-6
+"""Slack in quota comparisons, far below the smallest share of a GPU (1 milli-GPU)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupQuota:
+    """One group's share of its organisation's GPUs."""
+
+    nominal: NonNegativeFloat
+    """GPUs the group is guaranteed; a job that keeps the group within it is always admitted."""
+    borrowing_limit: NonNegativeFloat | None = None
+    """Most GPUs the group may use above its nominal; None: as many as the organisation can lend."""
+    lending_limit: NonNegativeFloat | None = None
+    """Most of its unused nominal GPUs other groups may borrow; None: all of them."""
+
+
+@dataclass(frozen=True, slots=True)
+class OrgQuota:
+    """An organisation (a cohort): its groups, and optionally its own total."""
+
+    groups: Mapping[str, GroupQuota]
+    """Group name (``Job.group``) -> its quota."""
+    nominal: NonNegativeFloat | None = None
+    """GPUs of the whole organisation; None: the sum of its groups' nominals.
+
+    Must be at least that sum (a nominal is a guarantee). Any surplus is
+    held by no group, and every group of the organisation may borrow it.
+    """
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise ValueError("groups: an organisation needs at least one group")
+        held = sum(g.nominal for g in self.groups.values())
+        if self.nominal is not None and self.nominal < held - EPSILON_GPUS:
+            raise ValueError(
+                f"nominal {self.nominal:g} is below the sum of its groups' nominal quotas ({held:g}); "
+                "a group's nominal is guaranteed, so the organisation must hold at least their sum"
+            )
+
+    @property
+    def total(self) -> float:
+        """GPUs of the whole organisation."""
+        return self.nominal if self.nominal is not None else sum(g.nominal for g in self.groups.values())
+
+    @property
+    def unassigned(self) -> float:
+        """GPUs of the organisation that no group holds: borrowable by any of its groups."""
+        return self.total - sum(g.nominal for g in self.groups.values())
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaArgs:
+    orgs: Mapping[str, OrgQuota] = field(default_factory=dict)
+    """Organisation name -> its groups and total. A group belongs to one organisation only."""
+    min_runtime_s: NonNegativeFloat = 600.0
+    """Reclaim never evicts a job that has run less than this (seconds), so borrowers make progress."""
+    unknown_group: Literal["reject", "allow"] = "reject"
+    """A job whose group has no quota: "reject" holds it (unresolvable), "allow" admits it uncounted."""
+
+    def __post_init__(self) -> None:
+        owner: dict[str, str] = {}
+        for org, quota in self.orgs.items():
+            for group in quota.groups:
+                if group in owner:
+                    raise ValueError(
+                        f"orgs: group {group!r} is listed under both {owner[group]!r} and {org!r}; "
+                        "a group belongs to one organisation"
+                    )
+                owner[group] = org
+
+
+@dataclass(eq=False)
+class _Ledger:
+    """GPUs each group holds in this cycle: the snapshot's, plus the binds of the cycle."""
+
+    held: dict[str, float]
+    bound_in_cycle: dict[str, float] = field(default_factory=dict)
+
+    def of(self, group: str) -> float:
+        return self.held.get(group, 0.0)
+
+    def add(self, group: str, gpus: float) -> None:
+        self.held[group] = self.of(group) + gpus
+        self.bound_in_cycle[group] = self.bound_in_cycle.get(group, 0.0) + gpus
+
+
+def placed_gpus(placements: Iterable[TaskPlacement]) -> float:
+    """GPUs held by ``placements`` (a share of a GPU counts as that share)."""
+    return sum(p.gpu_milli * len(p.gpu_indices) for p in placements) / MILLI_PER_GPU
+
+
+def gpus_left(pending: PendingJob) -> float:
+    """GPUs the tasks still to be placed will hold (every task not yet bound)."""
+    job = pending.job
+    return job.request.gpu_milli * (job.tasks - len(pending.bound)) / MILLI_PER_GPU
+
+
+def held_by_group(running: Iterable[RunningJob], snapshot: ClusterSnapshot) -> dict[str, float]:
+    """GPUs each group holds: ``running`` jobs and the bound tasks of the snapshot's pending jobs."""
+    held: dict[str, float] = {}
+    seen: set[str] = set()
+    for job in running:
+        held[job.job.group] = held.get(job.job.group, 0.0) + placed_gpus(job.placements)
+        seen.add(job.job.id)
+    for pending in snapshot.pending:
+        if pending.bound and pending.job.id not in seen:  # a driver may list a partial gang in both
+            group = pending.job.group
+            held[group] = held.get(group, 0.0) + placed_gpus(pending.bound)
+    return held
+
+
+def _gpus(value: float) -> str:
+    return f"{round(value, 3):g}"
+
+
+class Quota(AdmitPlugin, VictimPlugin):
+    """admit: keep each group within its nominal plus what it may borrow; select_victims: reclaim."""
+
+    name = "quota"
+    Args = QuotaArgs
+
+    def __init__(self, args: QuotaArgs | None = None) -> None:
+        super().__init__(args)
+        self.settings: QuotaArgs = args or QuotaArgs()
+        self.org_of = {group: org for org, quota in self.settings.orgs.items() for group in quota.groups}
+
+    def admit(self, pending: PendingJob, ctx: CycleContext) -> Status:
+        job = pending.job
+        org = self.org_of.get(job.group)
+        if org is None:
+            return self._unknown(job)
+        need = gpus_left(pending)
+        if need <= 0:
+            return SUCCESS  # a job without GPUs takes no quota
+        held = self._ledger(ctx).held
+        group = self.settings.orgs[org].groups[job.group]
+        if held.get(job.group, 0.0) + need <= group.nominal + EPSILON_GPUS:
+            return SUCCESS
+        ceiling = self._most_ever(org, job.group)
+        if need > ceiling + EPSILON_GPUS:
+            return unresolvable(
+                f"quota {job.group}: the job needs {_gpus(need)} GPUs, more than the group can ever "
+                f"hold ({_gpus(ceiling)}: nominal {_gpus(group.nominal)} plus what it may borrow "
+                f"in org {org})",
+                self.name,
+            )
+        return self._borrow(org, job.group, need, held)
+
+    def _unknown(self, job: Job) -> Status:
+        if self.settings.unknown_group == "allow":
+            return SUCCESS
+        known = ", ".join(sorted(self.org_of)) or "none"
+        return unresolvable(
+            f"quota: group {job.group!r} has no quota (groups with quota: {known}; unknown_group=reject)",
+            self.name,
+        )
+
+    def _borrow(self, org: str, name: str, need: float, held: Mapping[str, float]) -> Status:
+        """Admit a job that takes ``name`` above its nominal only if it may borrow the excess now.
+
+        The organisation's total is then respected too: whatever a group
+        borrows is covered by unused nominal of others or by the unassigned
+        part of the total, so the organisation's usage stays within it.
+        """
+        group = self.settings.orgs[org].groups[name]
+        used = held.get(name, 0.0)
+        borrowed = max(0.0, used - group.nominal)
+        excess = used + need - group.nominal
+        limit = math.inf if group.borrowing_limit is None else group.borrowing_limit
+        lendable = self._lendable(org, name, held)
+        if excess <= limit + EPSILON_GPUS and excess <= lendable + EPSILON_GPUS:
+            return SUCCESS
+        may = (
+            "any amount (no borrowing limit)"
+            if group.borrowing_limit is None
+            else f"{_gpus(max(0.0, limit - borrowed))} more (borrowing limit {_gpus(limit)})"
+        )
+        lend = _gpus(max(0.0, lendable - borrowed))
+        return wait(
+            f"quota {name}: uses {_gpus(used)} of nominal {_gpus(group.nominal)} GPUs, needs "
+            f"{_gpus(need)}; may borrow {may}, org {org} can lend {lend} more",
+            self.name,
+        )
+
+    def _lendable(self, org: str, borrower: str, held: Mapping[str, float]) -> float:
+        """GPUs the other groups of ``org`` and its unassigned part can lend now, net of their borrowing."""
+        quota = self.settings.orgs[org]
+        total = quota.unassigned
+        for name, group in quota.groups.items():
+            if name == borrower:
+                continue
+            used = held.get(name, 0.0)
+            lend_limit = group.nominal if group.lending_limit is None else group.lending_limit
+            total += min(lend_limit, max(0.0, group.nominal - used)) - max(0.0, used - group.nominal)
+        return max(0.0, total)
+
+    def _most_ever(self, org: str, name: str) -> float:
+        """The most GPUs group ``name`` could hold with every other group of ``org`` idle."""
+        quota = self.settings.orgs[org]
+        group = quota.groups[name]
+        lendable = quota.unassigned + sum(
+            g.nominal if g.lending_limit is None else min(g.lending_limit, g.nominal)
+            for other, g in quota.groups.items()
+            if other != name
+        )
+        limit = math.inf if group.borrowing_limit is None else group.borrowing_limit
+        return group.nominal + min(limit, lendable)
+
+    def on_bind(self, job: Job, gpus: float, ctx: CycleContext) -> None:
+        self._ledger(ctx).add(job.group, gpus)
+
+    def _ledger(self, ctx: CycleContext) -> _Ledger:
+        """This cycle's ledger, computed from the snapshot the first time it is asked for."""
+        found = ctx.data.get(self.name)
+        if not isinstance(found, _Ledger):
+            found = _Ledger(held_by_group(ctx.snapshot.running, ctx.snapshot))
+            ctx.data[self.name] = found
+        return found
+
+    def select_victims(
+        self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
+    ) -> Sequence[RunningJob]:
+        """Reclaim: running jobs of other groups of the same org that borrow, while they borrow.
+
+        Only a job that stays within its group's nominal may reclaim. Usage
+        is counted from ``running`` (which leaves out jobs already evicted in
+        the cycle) plus the cycle's binds, so a group that stopped borrowing
+        is not evicted further. Victims have run ``min_runtime_s``; lower
+        priority goes first, then the youngest (least work lost). A group's
+        jobs are offered only while it would still borrow without the ones
+        offered before them.
+        """
+        org = self.org_of.get(pending.job.group)
+        if org is None:
+            return []
+        quota = self.settings.orgs[org]
+        held = held_by_group(running, ctx.snapshot)
+        for group, gpus in self._ledger(ctx).bound_in_cycle.items():
+            held[group] = held.get(group, 0.0) + gpus
+        mine = held.get(pending.job.group, 0.0) + gpus_left(pending)
+        if mine > quota.groups[pending.job.group].nominal + EPSILON_GPUS:
+            return []
+        ripe = [
+            r
+            for r in running
+            if r.job.group in quota.groups
+            and r.job.group != pending.job.group
+            and ctx.now - r.start_s >= self.settings.min_runtime_s
+        ]
+        ripe.sort(key=_victim_order)
+        victims: list[RunningJob] = []
+        for victim in ripe:
+            group = victim.job.group
+            if held.get(group, 0.0) > quota.groups[group].nominal + EPSILON_GPUS:
+                victims.append(victim)
+                held[group] -= placed_gpus(victim.placements)
+        return victims
+
+
+_CLASS_VALUES = default_classes()
+
+
+def _victim_order(running: RunningJob) -> tuple[float, float, float, str]:
+    """Lower priority class first, then lower priority, then the most recently started."""
+    job = running.job
+    return (_CLASS_VALUES.get(job.priority_class, 0), job.priority, -running.start_s, job.id)
