@@ -32,7 +32,7 @@ app = typer.Typer(
 )
 console = Console(width=None if Console().is_terminal else 120)
 
-DEFAULT_PROFILES = "fifo,binpack,binpack-skip,spread,k8s-default,random"
+DEFAULT_PROFILES = "kube-default,fifo,sds,nsml,slurm,fair"
 
 
 @app.command()

@@ -8,7 +8,6 @@ chose; on a one-GPU cluster only the first job starts.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -374,7 +373,8 @@ def test_multifactor_size_factor_can_favor_small_jobs(favor_small: bool, winner:
     assert max(priorities, key=lambda j: priorities[j]) == winner
 
 
-def test_multifactor_orders_5000_jobs_quickly() -> None:
+def test_multifactor_orders_5000_jobs_by_priority() -> None:
+    # Its speed is measured by benchmarks/cycle_latency.py, not asserted here.
     rng = np.random.default_rng(3)
     jobs = [
         a_job(f"j{i}")
@@ -388,15 +388,12 @@ def test_multifactor_orders_5000_jobs_quickly() -> None:
     usage = {f"user/u{i}": float(i * 100) for i in range(50)}
     snapshot = replace(a_snapshot(roomy_cluster()).pending(*jobs).build(), usage_gpu_s=usage)
     [plugin] = one("multifactor", queue_weights={"interactive": 0.8}).order
-    best = math.inf
-    for _ in range(5):
-        ctx = context(snapshot, now=10_000.0)  # a fresh cycle: the per-cycle cache is rebuilt
-        start = time.perf_counter()
-        ordered = sorted((p.job for p in snapshot.pending), key=lambda j: plugin.order_key(j, ctx))
-        best = min(best, time.perf_counter() - start)
+    ctx = context(snapshot, now=10_000.0)
+    ordered = sorted((p.job for p in snapshot.pending), key=lambda j: plugin.order_key(j, ctx))
 
     assert len(ordered) == 5000
-    assert best < 0.030, f"ordering 5,000 jobs took {best * 1000:.1f} ms"
+    keys = [plugin.order_key(j, ctx)[0] for j in ordered]
+    assert keys == sorted(keys)
 
 
 # Tetris: n0 has 2 free GPUs and all 128 cores; n1 has 8 free GPUs and 48 of 128 cores.

@@ -16,12 +16,12 @@ from loadmaster.cli import app
 def test_simulate_writes_report_metrics_tables_and_plots(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = CliRunner().invoke(
-        app, ["simulate", "--jobs", "300", "--profiles", "fifo,binpack-skip,k8s-default", "--out", str(out)]
+        app, ["simulate", "--jobs", "300", "--profiles", "fifo,binpack-skip,kube-default", "--out", str(out)]
     )
     assert result.exit_code == 0, result.output
     assert "Policies compared" in result.output
     metrics = json.loads((out / "metrics.json").read_text())
-    assert list(metrics["profiles"]) == ["fifo", "binpack-skip", "k8s-default"]
+    assert list(metrics["profiles"]) == ["fifo", "binpack-skip", "kube-default"]
     fifo = metrics["profiles"]["fifo"]
     assert fifo["jobs"] == 300
     assert fifo["jobs_ran"] + fifo["jobs_rejected"] + fifo["jobs_unfinished"] >= 300
@@ -31,7 +31,7 @@ def test_simulate_writes_report_metrics_tables_and_plots(tmp_path: Path) -> None
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (out / "report.html").read_text()
     assert "binpack-skip" in html
-    assert "k8s-default" in html
+    assert "kube-default" in html
 
 
 def test_same_seed_same_metrics(tmp_path: Path) -> None:
@@ -75,4 +75,4 @@ def test_unknown_profile_lists_available() -> None:
         check=False,
     )
     assert done.returncode == 2
-    assert "unknown profile 'nope'; available: fifo, binpack" in done.stderr
+    assert "unknown profile 'nope'; available: kube-default, fifo, sds" in done.stderr

@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import ClusterSnapshot, Job, PendingJob, RunningJob, TaskRequest
+from loadmaster.model import ClusterSnapshot, Job, NodeTable, PendingJob, RunningJob, TaskRequest
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import Status
 
@@ -154,6 +154,7 @@ class PlaceGangPlugin(Plugin):
         remaining: int,
         used: Sequence[int],
         scores: FloatArray,
+        nodes: NodeTable,
     ) -> int:
         raise NotImplementedError
 

@@ -1,8 +1,9 @@
 """Placing the tasks of one job: filters, scores and the gang's topology, in one transaction.
 
 A job that fits on one node lands on one node; a job larger than any node
-takes the nodes that can hold most of it first (whole nodes where it can), so
-its workers talk over NVLink/PCIe rather than the fabric wherever possible.
+takes the nodes that can hold most of it first (whole nodes where it can),
+inside one rack where one rack can hold it, so its workers talk over
+NVLink/PCIe, or one InfiniBand leaf switch, wherever possible.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import PendingJob, TaskPlacement
+from loadmaster.model import NodeTable, PendingJob, TaskPlacement
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.framework import (
     BoolArray,
@@ -26,18 +27,47 @@ from loadmaster.scheduling.status import SUCCESS, Status, unschedulable
 
 
 def default_choose_node(
-    capacity: npt.NDArray[np.int64], remaining: int, used: Sequence[int], scores: FloatArray
+    capacity: npt.NDArray[np.int64],
+    remaining: int,
+    used: Sequence[int],
+    scores: FloatArray,
+    nodes: NodeTable,
 ) -> int:
-    """Topology rule: a node that takes all remaining tasks, else the node that takes most.
+    """Topology rule: fewest nodes first, then one rack (one InfiniBand leaf) for a multi-node job.
 
-    Among equals the highest score wins, then the lowest index, so the choice
-    is deterministic. Returns -1 when no node can take a task.
+    A node that takes all remaining tasks wins (the best-scoring such node),
+    so a job that fits one node is never split. Otherwise the job stays in
+    the rack of the nodes it already has while that rack has room; its first
+    node goes to a rack that can hold the whole job if any can, and within
+    the rack to the node that takes the most tasks. Ties go to the higher
+    score, then the lower index. Returns -1 when no node can take a task.
     """
-    del used  # the capacity rule already keeps a gang on as few nodes as it can
     if capacity.size == 0 or capacity.max() <= 0:
         return -1
     whole = capacity >= remaining
-    candidates = whole if whole.any() else capacity == capacity.max()
+    if whole.any():
+        return _best(whole, scores)
+    in_rack = _rack_candidates(capacity, remaining, used, nodes)
+    most = capacity[in_rack].max()
+    return _best(in_rack & (capacity == most), scores)
+
+
+def _rack_candidates(
+    capacity: npt.NDArray[np.int64], remaining: int, used: Sequence[int], nodes: NodeTable
+) -> BoolArray:
+    has_room = capacity > 0
+    if used:
+        same = np.isin(nodes.rack_index, nodes.rack_index[list(used)]) & has_room
+        if same.any():
+            return same
+    per_rack = np.bincount(nodes.rack_index, weights=np.maximum(capacity, 0), minlength=len(nodes.racks))
+    holding = np.flatnonzero(per_rack >= remaining)
+    if holding.size:
+        return np.isin(nodes.rack_index, holding) & has_room
+    return has_room
+
+
+def _best(candidates: BoolArray, scores: FloatArray) -> int:
     return int(np.argmax(np.where(candidates, scores, -np.inf)))
 
 
@@ -75,7 +105,7 @@ def place_job(
     while remaining > 0:
         cap = np.where(allowed, fit.capacity(ctx.state, request), 0)
         scores = scoring.combined(pending, ctx)
-        node = choose(cap, remaining, used, scores)
+        node = choose(cap, remaining, used, scores, ctx.state.nodes)
         if node < 0:
             return placed, unschedulable(_shortfall(pending, placed, allowed, ctx), "fit")
         for _ in range(min(int(cap[node]), remaining)):

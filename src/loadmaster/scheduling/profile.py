@@ -168,7 +168,6 @@ def _instantiate(spec: PluginSpec, source: str, field: str) -> Plugin:
 
 _NEEDS: tuple[tuple[type[Plugin], str, str], ...] = (
     (ReservePlugin, "backfill", "a reserve plugin (backfill) only acts through the 'backfill' action"),
-    (VictimPlugin, "preempt", "a victim plugin only acts through the 'preempt' action"),
     (AdmitPlugin, "admit", "an admit plugin is only asked when the profile lists the 'admit' action"),
 )
 
@@ -176,11 +175,16 @@ _NEEDS: tuple[tuple[type[Plugin], str, str], ...] = (
 def _check_actions_have_plugins(
     actions: Sequence[str], plugins: Sequence[Plugin], source: str, where: str
 ) -> None:
+    # A victim plugin without 'preempt' is allowed: quota, say, is then used without reclaim.
+    if "preempt" in actions and not any(isinstance(p, VictimPlugin) for p in plugins):
+        raise ConfigError(
+            source, f"{where}.plugins", "the 'preempt' action needs a victim plugin; none listed"
+        )
     for kind, action, why in _NEEDS:
         have = [p.name for p in plugins if isinstance(p, kind)]
         if have and action not in actions:
             raise ConfigError(source, f"{where}.actions", f"add '{action}': {why} ({', '.join(have)})")
-        if action in ("backfill", "preempt") and action in actions and not have:
+        if action == "backfill" and action in actions and not have:
             raise ConfigError(
                 source,
                 f"{where}.plugins",

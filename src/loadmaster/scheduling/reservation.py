@@ -10,16 +10,18 @@ own run.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from loadmaster.model import PendingJob, RunningJob, TaskPlacement
+from loadmaster.model import PendingJob, RunningJob, TaskPlacement, TaskRequest, gpu_summary
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
 from loadmaster.scheduling.placement import Scoring, place_job
-from loadmaster.scheduling.state import WorkingState
+from loadmaster.scheduling.state import Held, WorkingState
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,7 @@ class Reservation:
     start_s: float
     end_s: float
     placements: tuple[TaskPlacement, ...]
+    held: Held
 
     def overlaps(self, start_s: float, end_s: float) -> bool:
         """True if the reservation holds its resources at some time in [start_s, end_s)."""
@@ -57,12 +60,18 @@ def releases(running: Sequence[RunningJob], now: float, estimate: dict[str, floa
 def without(
     state: WorkingState, reservations: Sequence[Reservation], start_s: float, end_s: float
 ) -> WorkingState:
-    """A copy of ``state`` less the reservations that overlap [start_s, end_s)."""
+    """``state`` less the reservations overlapping [start_s, end_s): a copy, or ``state`` if none do."""
+    overlapping = [r.held for r in reservations if r.overlaps(start_s, end_s)]
+    if not overlapping:
+        return state
     view = state.copy()
-    for reservation in reservations:
-        if reservation.overlaps(start_s, end_s):
-            view.subtract(reservation.placements)
+    view.subtract(functools.reduce(operator.add, overlapping))
     return view
+
+
+def _room(state: WorkingState, allowed: BoolArray, request: TaskRequest) -> int:
+    """How many tasks of ``request`` the allowed nodes of ``state`` can take in all."""
+    return int(np.where(allowed, fit.capacity(state, request), 0).sum())
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,37 +83,93 @@ class Placer:
     topology: PlaceGangPlugin | None
 
 
+class Future:
+    """The cluster as it will be after the first ``k`` expected releases, for any ``k``, quickly.
+
+    Every release is flattened once into arrays, so the state after ``k``
+    releases is the current state plus a vectorised sum of their first
+    entries: a binary search over ``k`` then costs a few such sums rather
+    than a walk through every running job.
+    """
+
+    def __init__(self, state: WorkingState, ends: Sequence[Release]) -> None:
+        self.state = state
+        self.ends = ends
+        self.times = [e.end_s for e in ends]
+        gpu_rows: list[tuple[int, int, int]] = []
+        node_rows: list[tuple[int, int, int]] = []
+        self.gpu_upto = [0]
+        self.node_upto = [0]
+        for release in ends:
+            for p in release.placements:
+                gpu_rows.extend((p.node, g, p.gpu_milli) for g in p.gpu_indices)
+                node_rows.append((p.node, p.cpu_milli, p.memory_mib))
+            self.gpu_upto.append(len(gpu_rows))
+            self.node_upto.append(len(node_rows))
+        self.gpu = np.array(gpu_rows, dtype=np.int64).reshape(-1, 3)
+        self.node = np.array(node_rows, dtype=np.int64).reshape(-1, 3)
+
+    def after(self, k: int) -> WorkingState:
+        """A new state: the current one after the first ``k`` releases."""
+        view = self.state.copy()
+        g, n = self.gpu[: self.gpu_upto[k]], self.node[: self.node_upto[k]]
+        np.add.at(view.gpu_free, (g[:, 0], g[:, 1]), g[:, 2])
+        np.add.at(view.cpu_free, n[:, 0], n[:, 1])
+        np.add.at(view.memory_free, n[:, 0], n[:, 2])
+        view.whole_free, view.largest_share, view.free_milli = gpu_summary(view.gpu_free)
+        return view
+
+
 def earliest_start(
     pending: PendingJob,
     run_s: float,
     *,
     ctx: CycleContext,
-    ends: Sequence[Release],
+    future: Future,
     reservations: Sequence[Reservation],
     placer: Placer,
 ) -> Reservation | None:
     """The first time from ``ctx.now`` at which ``pending`` fits for ``run_s`` seconds, or None.
 
-    Scans the candidate times in order on a copy of the cycle's state that
-    gains each release as its time passes; a cheap capacity count rules out
-    most candidates before a full gang placement is tried.
+    Without reservations, capacity only grows as jobs end, so a binary search
+    over the releases finds the first time the job could fit. From there the
+    candidate times (later releases and reservation ends) are scanned in
+    order, each on the cluster less the reservations overlapping the job's
+    run, until a full gang placement succeeds.
     """
-    future = ctx.state.copy()
-    request = pending.job.request
     need = pending.tasks_left
-    times = sorted({e.end_s for e in ends} | {r.end_s for r in reservations if r.end_s > ctx.now})
-    next_release = 0
-    for time_s in times:
-        while next_release < len(ends) and ends[next_release].end_s <= time_s:
-            for placement in ends[next_release].placements:
-                future.release(placement)
-            next_release += 1
-        view = without(future, reservations, time_s, time_s + run_s)
-        capacity = np.where(placer.allowed, fit.capacity(view, request), 0)
-        if int(capacity.sum()) < need:
+    first = _first_fit(future, need, placer, pending.job.request)
+    if first is None:
+        return None
+    start = future.times[first - 1] if first else ctx.now
+    times = sorted({t for t in future.times[first:]} | {r.end_s for r in reservations if r.end_s > start})
+    index = first
+    state = future.after(first)
+    for time_s in [start, *times]:
+        while index < len(future.times) and future.times[index] <= time_s:
+            for placement in future.ends[index].placements:
+                state.release(placement)
+            index += 1
+        view = without(state, reservations, time_s, time_s + run_s)
+        if _room(view, placer.allowed, pending.job.request) < need:
             continue
         with ctx.viewing(view):
             placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
         if status.ok or len(placed) >= need:
-            return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed))
+            held = ctx.state.held(placed)
+            return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), held)
     return None
+
+
+def _first_fit(future: Future, need: int, placer: Placer, request: TaskRequest) -> int | None:
+    """Fewest releases after which the job's tasks fit by count (ignoring reservations), or None."""
+    low, high = 0, len(future.times)
+    if _room(future.after(high), placer.allowed, request) < need:
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if _room(future.after(middle), placer.allowed, request) >= need:
+            high = middle
+        else:
+            low = middle + 1
+    return low

@@ -13,9 +13,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import ClusterSnapshot, NodeTable, TaskPlacement, node_gpu_summary
+from loadmaster.model import ClusterSnapshot, NodeTable, TaskPlacement, gpu_summary, node_gpu_summary
 
 IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class Held:
+    """Resources held (by a reservation, say), per GPU and per node, ready to subtract."""
+
+    gpu: IntArray
+    cpu: IntArray
+    memory: IntArray
+
+    def __add__(self, other: Held) -> Held:
+        return Held(self.gpu + other.gpu, self.cpu + other.cpu, self.memory + other.memory)
 
 
 @dataclass(eq=False)
@@ -70,22 +82,27 @@ class WorkingState:
         """Give a placement's resources back without logging (a future view of the cluster)."""
         self._apply(placement, +1)
 
-    def subtract(self, placements: Sequence[TaskPlacement]) -> None:
-        """Take ``placements`` out without logging, never below zero (capacity held for a reservation).
+    def held(self, placements: Sequence[TaskPlacement]) -> Held:
+        """What ``placements`` hold, as arrays shaped like this state's (to subtract repeatedly)."""
+        gpu = np.zeros_like(self.gpu_free)
+        cpu = np.zeros_like(self.cpu_free)
+        memory = np.zeros_like(self.memory_free)
+        for placement in placements:
+            gpu[placement.node, list(placement.gpu_indices)] += placement.gpu_milli
+            cpu[placement.node] += placement.cpu_milli
+            memory[placement.node] += placement.memory_mib
+        return Held(gpu, cpu, memory)
+
+    def subtract(self, held: Held) -> None:
+        """Take ``held`` out without logging, never below zero (capacity held for a reservation).
 
         A reservation's resources may still be in use now; clamping at zero
         counts them once, which is the safe side for backfill.
         """
-        touched = set()
-        for placement in placements:
-            node = placement.node
-            for gpu in placement.gpu_indices:
-                self.gpu_free[node, gpu] = max(self.gpu_free[node, gpu] - placement.gpu_milli, 0)
-            self.cpu_free[node] = max(self.cpu_free[node] - placement.cpu_milli, 0)
-            self.memory_free[node] = max(self.memory_free[node] - placement.memory_mib, 0)
-            touched.add(node)
-        for node in touched:
-            self._refresh(node)
+        np.maximum(self.gpu_free - held.gpu, 0, out=self.gpu_free)
+        np.maximum(self.cpu_free - held.cpu, 0, out=self.cpu_free)
+        np.maximum(self.memory_free - held.memory, 0, out=self.memory_free)
+        self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
 
     def copy(self) -> WorkingState:
         """An independent copy with an empty log."""

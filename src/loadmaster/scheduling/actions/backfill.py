@@ -18,6 +18,7 @@ from loadmaster.scheduling.decisions import Reserve
 from loadmaster.scheduling.framework import ReservePlugin
 from loadmaster.scheduling.placement import Scoring
 from loadmaster.scheduling.reservation import (
+    Future,
     Placer,
     Release,
     Reservation,
@@ -51,6 +52,22 @@ class _Shadows:
         return ("shadow", overlapping, version), cached[1]
 
 
+class _Futures:
+    """The cycle's Future, rebuilt when a bind changes the cycle's state."""
+
+    def __init__(self, session: Session, ends: list[Release]) -> None:
+        self.session = session
+        self.ends = ends
+        self._future: Future | None = None
+        self._version = -1
+
+    def current(self) -> Future:
+        if self._future is None or self._version != self.session.state_version:
+            self._future = Future(self.session.ctx.state, self.ends)
+            self._version = self.session.state_version
+        return self._future
+
+
 def run(session: Session) -> None:
     """Reserve and backfill over the whole queue; see the module docstring."""
     plugin: ReservePlugin = session.profile.reserve[0]
@@ -58,6 +75,7 @@ def run(session: Session) -> None:
     scoring = Scoring(tuple(session.profile.scores))
     estimates = {r.job.id: plugin.estimate_s(r.job, ctx) for r in ctx.snapshot.running}
     ends = releases(list(ctx.snapshot.running), ctx.now, estimates)
+    futures = _Futures(session, ends)
     reservations: list[Reservation] = []
     shadows = _Shadows(session, reservations)
     for pending in session.queue:
@@ -79,7 +97,7 @@ def run(session: Session) -> None:
                 session,
                 pending,
                 run_s=run_s,
-                ends=ends,
+                future=futures.current(),
                 reservations=reservations,
                 scoring=scoring,
                 now_status=status,
@@ -93,7 +111,7 @@ def _reserve(
     pending: PendingJob,
     *,
     run_s: float,
-    ends: list[Release],
+    future: Future,
     reservations: list[Reservation],
     scoring: Scoring,
     now_status: Status,
@@ -103,7 +121,7 @@ def _reserve(
         return allowed
     placer = Placer(allowed, scoring, session.profile.place_gang)
     found = earliest_start(
-        pending, run_s, ctx=session.ctx, ends=ends, reservations=reservations, placer=placer
+        pending, run_s, ctx=session.ctx, future=future, reservations=reservations, placer=placer
     )
     if found is None:
         return now_status

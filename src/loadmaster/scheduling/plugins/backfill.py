@@ -34,12 +34,17 @@ class BackfillArgs:
     """Run-time estimate: the requested time limit, or the user's recent run times capped by it."""
     history_jobs: int = 2
     """How many of the user's most recent run times the history estimate averages."""
+    max_starving: int = 8
+    """Most reservations the starvation guard adds per cycle beyond ``depth`` (bounds the cycle's cost,
+    as Slurm's bf_max_job_test does); the longest-waiting starving jobs come first in most orders."""
 
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise ValueError(f"depth must be >= 1, got {self.depth}")
         if self.history_jobs < 1:
             raise ValueError(f"history_jobs must be >= 1, got {self.history_jobs}")
+        if self.max_starving < 0:
+            raise ValueError(f"max_starving must be >= 0, got {self.max_starving}")
 
 
 class Backfill(ReservePlugin):
@@ -57,7 +62,8 @@ class Backfill(ReservePlugin):
         if held < limit:
             return True
         guard = self.settings.starvation_s
-        return guard is not None and ctx.now - pending.job.submit_s >= guard
+        starving = guard is not None and ctx.now - pending.job.submit_s >= guard
+        return starving and held < limit + self.settings.max_starving
 
     def estimate_s(self, job: Job, ctx: CycleContext) -> float:
         if self.settings.estimate == "limit":

@@ -47,6 +47,12 @@ def _selector(labels: Mapping[str, str]) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
 
 
+def _none_left(job: Job) -> str:
+    """The end of a reason for an empty mask: no allowed node, or none that meets the job's constraints."""
+    constraints = fit.describe_static(job)
+    return "there are none" if constraints == "any node" else f"none of them matches {constraints}"
+
+
 class Dedicated(FilterPlugin):
     """Other groups' jobs are kept off dedicated nodes; the owner's jobs are kept on them (unless spill)."""
 
@@ -70,21 +76,19 @@ class Dedicated(FilterPlugin):
             return FilterResult(
                 own,
                 f"dedicated: group {job.group} may use only its dedicated nodes "
-                f"({_selector(self.settings.groups[job.group])}), and none of them matches "
-                f"{fit.describe_static(job)}",
+                f"({_selector(self.settings.groups[job.group])}), and {_none_left(job)}",
             )
         return FilterResult(
             own | ~masks.reserved,
             f"dedicated: group {job.group} may use its dedicated nodes "
-            f"({_selector(self.settings.groups[job.group])}) and shared nodes, and none of them matches "
-            f"{fit.describe_static(job)}",
+            f"({_selector(self.settings.groups[job.group])}) and shared nodes, and {_none_left(job)}",
         )
 
     def _shared_only(self, job: Job) -> str:
         others = "; ".join(f"{_selector(sel)} to {group}" for group, sel in self.settings.groups.items())
         return (
             f"dedicated: group {job.group} may use only shared nodes (dedicated: {others}), "
-            f"and none of them matches {fit.describe_static(job)}"
+            f"and {_none_left(job)}"
         )
 
     def _masks(self, nodes: NodeTable) -> _Masks:

@@ -87,7 +87,7 @@ class ResourceTypes(FilterPlugin):
         mask: BoolArray = np.isin(
             nodes.type_index, [i for i, n in enumerate(nodes.type_names) if not excess[n]]
         )
-        too_big = "; ".join(f"{name}: {why}" for name, why in excess.items() if why) or "none"
+        too_big = "; ".join(f"{name}: {why}" for name, why in sorted(excess.items()) if why)
         return FilterResult(
             mask,
             f"resource-types: the job names no type, so it may use the types whose bundle it fits "

@@ -110,7 +110,9 @@ class SizeZones(FilterPlugin):
                 f"size-zones: a {job.gpus:g}-GPU job belongs to zone {rule.zone} ({rule.describe()}) and "
                 f"may use zones {', '.join(self.zones_for(rule))} and {opened}"
             )
-        return FilterResult(mask, f"{reason}; no node there matches {fit.describe_static(job)}")
+        constraints = fit.describe_static(job)
+        tail = "no node is in those zones" if constraints == "any node" else f"none matches {constraints}"
+        return FilterResult(mask, f"{reason}; {tail}")
 
     def _mask(self, nodes: NodeTable, rule: ZoneRule | None) -> BoolArray:
         """Nodes a job of ``rule`` may use, kept per zone for the node table last seen."""
