@@ -110,6 +110,10 @@ class FilterResult:
 class FilterPlugin(Plugin):
     """``filter``: which nodes may host tasks of this job, beyond resource fit.
 
+    A filter decides from the job and the cluster's fixed properties (and
+    per-cycle data it computes itself), never from free resources, which
+    change within a cycle: its answer is kept for the whole cycle per shape.
+
     ``memo_key`` must return every property of the job the filter depends on
     other than its shape (pool, type, selector, request), so that the
     framework may skip jobs of a shape that already failed in the cycle.

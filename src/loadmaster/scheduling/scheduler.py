@@ -36,6 +36,7 @@ class Scheduler:
         self.profile = profile
         self._feasible: dict[Hashable, Status] = {}
         self._static_masks: dict[Hashable, BoolArray] = {}
+        self._shapes: dict[int, tuple[Job, Hashable]] = {}
 
     def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         """Decide what to bind now, and say why every other pending job waits."""
@@ -57,7 +58,12 @@ class Scheduler:
     ) -> Session:
         ctx = CycleContext(now=now, rng=rng, snapshot=snapshot, state=WorkingState.from_snapshot(snapshot))
         return Session(
-            ctx=ctx, profile=self.profile, queue=queue, queues_pending=queues, static_masks=self._static_masks
+            ctx=ctx,
+            profile=self.profile,
+            queue=queue,
+            queues_pending=queues,
+            static_masks=self._static_masks,
+            shapes=self._shapes,
         )
 
     def _ordered(self, pending: Collection[PendingJob], ctx: CycleContext) -> Collection[PendingJob]:

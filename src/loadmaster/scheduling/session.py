@@ -32,6 +32,10 @@ class Session:
     blocked: dict[str, Status] = field(default_factory=dict)
     failed_shapes: dict[Hashable, Status] = field(default_factory=dict)
     static_masks: dict[Hashable, BoolArray] = field(default_factory=dict)
+    shapes: dict[int, tuple[Job, Hashable]] = field(default_factory=dict)
+    """Each job's shape, by object id (kept across cycles by the scheduler)."""
+    allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)
+    """Allowed nodes per job shape, for this cycle (filters do not read free resources)."""
     admission: bool = False
     """Set by the ``admit`` action: ask the admit plugins before placing each job."""
     state_version: int = 0

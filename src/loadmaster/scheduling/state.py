@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import ClusterSnapshot, NodeTable, TaskPlacement, gpu_summary, node_gpu_summary
+from loadmaster.model import (
+    MILLI_PER_GPU,
+    ClusterSnapshot,
+    NodeTable,
+    TaskPlacement,
+    gpu_summary,
+    node_gpu_summary,
+)
 
 IntArray = npt.NDArray[np.int64]
 
@@ -71,12 +78,21 @@ class WorkingState:
         self._log.append(placement)
 
     def _apply(self, placement: TaskPlacement, sign: int) -> None:
+        """Update one node in place; the per-node summaries change by exact deltas (this is the hot path)."""
         node = placement.node
+        delta = sign * placement.gpu_milli
+        row = self.gpu_free[node]
+        whole = 0
         for gpu in placement.gpu_indices:
-            self.gpu_free[node, gpu] += sign * placement.gpu_milli
+            before = int(row[gpu])
+            row[gpu] = before + delta
+            whole += (before + delta == MILLI_PER_GPU) - (before == MILLI_PER_GPU)
+        self.whole_free[node] += whole
+        self.free_milli[node] += delta * len(placement.gpu_indices)
+        if placement.gpu_indices:
+            self.largest_share[node] = MILLI_PER_GPU if self.whole_free[node] else int(row.max())
         self.cpu_free[node] += sign * placement.cpu_milli
         self.memory_free[node] += sign * placement.memory_mib
-        self._refresh(node)
 
     def release(self, placement: TaskPlacement) -> None:
         """Give a placement's resources back without logging (a future view of the cluster)."""

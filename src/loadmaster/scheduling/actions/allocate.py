@@ -68,20 +68,26 @@ def try_place(
     with session.ctx.viewing(state):
         placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
     permit = _permit(session, pending, len(placed))
-    state.rollback(mark)
     if not permit.ok or not placed:
+        state.rollback(mark)
         failure = status if not status.ok else permit
         if not pending.bound:
             session.failed_shapes[shape] = failure
         return failure
-    commit(session, pending, placed)
+    on_cycle_state = state is session.ctx.state
+    if not on_cycle_state:
+        state.rollback(mark)  # the shadow goes back as it was; the placement is taken on the real state
+    commit(session, pending, placed, taken=on_cycle_state)
     return SUCCESS if len(pending.bound) + len(placed) >= pending.job.min_available else status
 
 
-def commit(session: Session, pending: PendingJob, placed: list[TaskPlacement]) -> None:
-    """Take ``placed`` on the cycle's state, emit the Bind and tell the admit plugins."""
-    for placement in placed:
-        session.ctx.state.take(placement)
+def commit(
+    session: Session, pending: PendingJob, placed: list[TaskPlacement], *, taken: bool = False
+) -> None:
+    """Take ``placed`` on the cycle's state (unless already ``taken``); emit the Bind; tell admit plugins."""
+    if not taken:
+        for placement in placed:
+            session.ctx.state.take(placement)
     starts = len(pending.bound) + len(placed) >= pending.job.min_available
     session.decisions.append(Bind(pending.job.id, tuple(placed), starts))
     session.bound.add(pending.job.id)
@@ -100,14 +106,32 @@ def _permit(session: Session, pending: PendingJob, placed: int) -> Status:
 
 
 def shape_of(session: Session, job: Job) -> Hashable:
-    """What decides whether a job fits: equal shapes fit or fail together within a cycle."""
+    """What decides whether a job fits: equal shapes fit or fail together within a cycle.
+
+    Cached by job object across cycles (a job never changes; the filters'
+    memo keys are functions of the job alone).
+    """
+    cached = session.shapes.get(id(job))
+    if cached is not None and cached[0] is job:
+        return cached[1]
     extra = tuple(p.memo_key(job) for p in session.profile.filters)
     selector = tuple(sorted(job.node_selector.items()))
-    return (job.pool, job.resource_type, selector, job.request, job.tasks, job.min_available, extra)
+    shape = (job.pool, job.resource_type, selector, job.request, job.tasks, job.min_available, extra)
+    session.shapes[id(job)] = (job, shape)
+    return shape
 
 
 def allowed_nodes(session: Session, job: Job) -> BoolArray | Status:
-    """Nodes the job may use: its pool, type and selector, then every filter plugin."""
+    """Nodes the job may use: its pool, type and selector, then every filter (once per shape and cycle)."""
+    shape = shape_of(session, job)
+    found = session.allowed.get(shape)
+    if found is None:
+        found = _allowed_nodes(session, job)
+        session.allowed[shape] = found
+    return found
+
+
+def _allowed_nodes(session: Session, job: Job) -> BoolArray | Status:
     key = (session.ctx.state.nodes, job.pool, job.resource_type, tuple(sorted(job.node_selector.items())))
     mask = session.static_masks.get(key)
     if mask is None:

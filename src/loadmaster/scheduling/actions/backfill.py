@@ -78,6 +78,7 @@ def run(session: Session) -> None:
     futures = _Futures(session, ends)
     reservations: list[Reservation] = []
     shadows = _Shadows(session, reservations)
+    allocated_version = session.state_version
     for pending in session.queue:
         job = pending.job
         if job.id in session.bound:
@@ -88,7 +89,11 @@ def run(session: Session) -> None:
             continue
         run_s = plugin.estimate_s(job, ctx)
         key, view = shadows.view(ctx.now, ctx.now + run_s)
-        status = try_place(session, pending, scoring, view, key)
+        known = session.statuses.get(job.id)
+        if key == "now" and known is not None and session.state_version == allocated_version:
+            status = known  # allocate just tried this job on this very state
+        else:
+            status = try_place(session, pending, scoring, view, key)
         if status.ok:
             session.statuses.pop(job.id, None)
             continue
