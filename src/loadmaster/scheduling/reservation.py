@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from loadmaster.model import PendingJob, RunningJob, TaskPlacement, TaskRequest, gpu_summary
 from loadmaster.scheduling import fit
@@ -83,36 +84,57 @@ class Placer:
     topology: PlaceGangPlugin | None
 
 
+FlatCache = dict[int, tuple[tuple[TaskPlacement, ...], npt.NDArray[np.int64], npt.NDArray[np.int64]]]
+"""Placements flattened to arrays, by the id of their tuple (kept across cycles by the scheduler)."""
+
+
+def _flat(
+    placements: tuple[TaskPlacement, ...], cache: FlatCache
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    hit = cache.get(id(placements))
+    if hit is not None and hit[0] is placements:
+        return hit[1], hit[2]
+    gpu = np.array(
+        [(p.node, g, p.gpu_milli) for p in placements for g in p.gpu_indices], dtype=np.int64
+    ).reshape(-1, 3)
+    node = np.array([(p.node, p.cpu_milli, p.memory_mib) for p in placements], dtype=np.int64).reshape(-1, 3)
+    cache[id(placements)] = (placements, gpu, node)
+    return gpu, node
+
+
+class ReleasePlan:
+    """Every expected release flattened into arrays, in time order, once per cycle."""
+
+    def __init__(self, ends: Sequence[Release], cache: FlatCache) -> None:
+        self.ends = ends
+        self.times = [e.end_s for e in ends]
+        flats = [_flat(e.placements, cache) for e in ends]
+        empty = np.zeros((0, 3), dtype=np.int64)
+        self.gpu = np.concatenate([g for g, _ in flats]) if flats else empty
+        self.node = np.concatenate([n for _, n in flats]) if flats else empty
+        self.gpu_upto = np.concatenate([[0], np.cumsum([len(g) for g, _ in flats])]).astype(int)
+        self.node_upto = np.concatenate([[0], np.cumsum([len(n) for _, n in flats])]).astype(int)
+
+
 class Future:
     """The cluster as it will be after the first ``k`` expected releases, for any ``k``, quickly.
 
-    Every release is flattened once into arrays, so the state after ``k``
-    releases is the current state plus a vectorised sum of their first
-    entries: a binary search over ``k`` then costs a few such sums rather
-    than a walk through every running job.
+    The state after ``k`` releases is the current state plus a vectorised
+    sum of the plan's first entries: a binary search over ``k`` then costs a
+    few such sums rather than a walk through every running job.
     """
 
-    def __init__(self, state: WorkingState, ends: Sequence[Release]) -> None:
+    def __init__(self, state: WorkingState, plan: ReleasePlan) -> None:
         self.state = state
-        self.ends = ends
-        self.times = [e.end_s for e in ends]
-        gpu_rows: list[tuple[int, int, int]] = []
-        node_rows: list[tuple[int, int, int]] = []
-        self.gpu_upto = [0]
-        self.node_upto = [0]
-        for release in ends:
-            for p in release.placements:
-                gpu_rows.extend((p.node, g, p.gpu_milli) for g in p.gpu_indices)
-                node_rows.append((p.node, p.cpu_milli, p.memory_mib))
-            self.gpu_upto.append(len(gpu_rows))
-            self.node_upto.append(len(node_rows))
-        self.gpu = np.array(gpu_rows, dtype=np.int64).reshape(-1, 3)
-        self.node = np.array(node_rows, dtype=np.int64).reshape(-1, 3)
+        self.plan = plan
+        self.ends = plan.ends
+        self.times = plan.times
 
     def after(self, k: int) -> WorkingState:
         """A new state: the current one after the first ``k`` releases."""
         view = self.state.copy()
-        g, n = self.gpu[: self.gpu_upto[k]], self.node[: self.node_upto[k]]
+        plan = self.plan
+        g, n = plan.gpu[: plan.gpu_upto[k]], plan.node[: plan.node_upto[k]]
         np.add.at(view.gpu_free, (g[:, 0], g[:, 1]), g[:, 2])
         np.add.at(view.cpu_free, n[:, 0], n[:, 1])
         np.add.at(view.memory_free, n[:, 0], n[:, 2])

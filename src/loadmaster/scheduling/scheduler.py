@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,7 @@ class Scheduler:
         self._feasible: dict[Hashable, Status] = {}
         self._static_masks: dict[Hashable, BoolArray] = {}
         self._shapes: dict[int, tuple[Job, Hashable]] = {}
+        self._flat: dict[int, Any] = {}
 
     def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         """Decide what to bind now, and say why every other pending job waits."""
@@ -64,6 +66,7 @@ class Scheduler:
             queues_pending=queues,
             static_masks=self._static_masks,
             shapes=self._shapes,
+            flat_placements=self._flat,
         )
 
     def _ordered(self, pending: Collection[PendingJob], ctx: CycleContext) -> Collection[PendingJob]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from loadmaster.model import Job, PendingJob
 from loadmaster.scheduling.decisions import Decision
@@ -34,6 +35,8 @@ class Session:
     static_masks: dict[Hashable, BoolArray] = field(default_factory=dict)
     shapes: dict[int, tuple[Job, Hashable]] = field(default_factory=dict)
     """Each job's shape, by object id (kept across cycles by the scheduler)."""
+    flat_placements: dict[int, Any] = field(default_factory=dict)
+    """Running jobs' placements flattened to arrays (reservation.FlatCache), kept across cycles."""
     allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)
     """Allowed nodes per job shape, for this cycle (filters do not read free resources)."""
     admission: bool = False
@@ -44,15 +47,17 @@ class Session:
     """Jobs bound (started or partly placed) in this cycle."""
     strict: bool = field(init=False, default=False)
     """True when a job that cannot start blocks its queue."""
+    _split: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         self.strict = any(p.strict for p in self.profile.order)
-        if any(p.splits_queues for p in self.profile.order):
+        self._split = any(p.splits_queues for p in self.profile.order)
+        if self._split:
             self.queues_pending = frozenset(self.lane(p.job) for p in self.queue)
 
     def lane(self, job: Job) -> str:
         """The queue ``job`` competes in (see :meth:`Profile.lane`)."""
-        return self.profile.lane(job)
+        return self.profile.lane(job) if self._split else job.queue
 
     def all_blocked(self) -> bool:
         """True once every queue with pending jobs is blocked: the rest of the cycle is moot."""

@@ -58,9 +58,13 @@ def try_place(
     taken out (backfill), named by ``view`` for the memo of failed shapes; a
     placement that fits a shadow fits the real state.
     """
-    shape = (view, shape_of(session, pending.job))
-    if not pending.bound and shape in session.failed_shapes:
-        return session.failed_shapes[shape]
+    job_shape = shape_of(session, pending.job)
+    shape = (view, job_shape)
+    if not pending.bound:
+        # A shadow holds less than the cycle's state, so failing there means failing here too.
+        known = session.failed_shapes.get(("now", job_shape)) or session.failed_shapes.get(shape)
+        if known is not None:
+            return known
     allowed = allowed_nodes(session, pending.job)
     if isinstance(allowed, Status):
         return allowed

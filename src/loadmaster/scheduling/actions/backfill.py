@@ -21,6 +21,7 @@ from loadmaster.scheduling.reservation import (
     Future,
     Placer,
     Release,
+    ReleasePlan,
     Reservation,
     earliest_start,
     releases,
@@ -40,6 +41,8 @@ class _Shadows:
         self._cache: dict[Hashable, tuple[int, WorkingState]] = {}
 
     def view(self, start_s: float, end_s: float) -> tuple[Hashable, WorkingState]:
+        if not self.reservations:
+            return "now", self.session.ctx.state
         overlapping = tuple(i for i, r in enumerate(self.reservations) if r.overlaps(start_s, end_s))
         if not overlapping:
             return "now", self.session.ctx.state
@@ -49,23 +52,22 @@ class _Shadows:
             state = without(self.session.ctx.state, self.reservations, start_s, end_s)
             cached = (version, state)
             self._cache[overlapping] = cached
-        return ("shadow", overlapping, version), cached[1]
+        # Binds only shrink a shadow, so failures memoised under this key stay true across versions.
+        return ("shadow", overlapping), cached[1]
 
 
 class _Futures:
-    """The cycle's Future, rebuilt when a bind changes the cycle's state."""
+    """The cycle's Future: the release plan is built once, when first needed; the state follows binds."""
 
     def __init__(self, session: Session, ends: list[Release]) -> None:
         self.session = session
         self.ends = ends
-        self._future: Future | None = None
-        self._version = -1
+        self._plan: ReleasePlan | None = None
 
     def current(self) -> Future:
-        if self._future is None or self._version != self.session.state_version:
-            self._future = Future(self.session.ctx.state, self.ends)
-            self._version = self.session.state_version
-        return self._future
+        if self._plan is None:
+            self._plan = ReleasePlan(self.ends, self.session.flat_placements)
+        return Future(self.session.ctx.state, self._plan)
 
 
 def run(session: Session) -> None:
@@ -78,7 +80,6 @@ def run(session: Session) -> None:
     futures = _Futures(session, ends)
     reservations: list[Reservation] = []
     shadows = _Shadows(session, reservations)
-    allocated_version = session.state_version
     for pending in session.queue:
         job = pending.job
         if job.id in session.bound:
@@ -89,11 +90,7 @@ def run(session: Session) -> None:
             continue
         run_s = plugin.estimate_s(job, ctx)
         key, view = shadows.view(ctx.now, ctx.now + run_s)
-        known = session.statuses.get(job.id)
-        if key == "now" and known is not None and session.state_version == allocated_version:
-            status = known  # allocate just tried this job on this very state
-        else:
-            status = try_place(session, pending, scoring, view, key)
+        status = try_place(session, pending, scoring, view, key)
         if status.ok:
             session.statuses.pop(job.id, None)
             continue
