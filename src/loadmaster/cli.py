@@ -23,7 +23,7 @@ from loadmaster.config import (
     load_workload,
     select_profiles,
 )
-from loadmaster.errors import LoadmasterError
+from loadmaster.errors import ConfigError, LoadmasterError
 from loadmaster.experiment import ProfileRun, compare, context, write_outputs
 from loadmaster.scheduling import PLUGINS, Profile
 
@@ -55,6 +55,10 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
     seed: Annotated[int, typer.Option(help="Seed of the scheduler's random choices")] = 0,
     workload_seed: Annotated[int | None, typer.Option(help="Override the workload's seed")] = None,
     period: Annotated[float | None, typer.Option(help="Also run a cycle every PERIOD seconds")] = None,
+    explain: Annotated[
+        list[str] | None,
+        typer.Option(help="Print the story of JOB_ID under each profile: why it waited, when"),
+    ] = None,
 ) -> None:
     """Run every profile on the same cluster and jobs; print a comparison and write a report."""
     spec_cluster = load_cluster(cluster)
@@ -66,14 +70,25 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
         f"[bold]{spec_cluster.name}[/]: {len(nodes)} nodes, {nodes.total_gpus} GPUs; "
         f"[bold]{spec_workload.name}[/]: {len(spec_workload.jobs)} jobs at load {spec_workload.spec.load}"
     )
-    runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period)
+    wanted = frozenset(explain or ())
+    unknown = sorted(wanted - {t.job.id for t in spec_workload.jobs})
+    if unknown:
+        raise ConfigError("--explain", "", f"no job {unknown[0]!r} in the workload (ids look like j000001)")
+    runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted)
     console.print(_comparison(runs))
+    for job_id in sorted(wanted):
+        console.print(_story(job_id, runs))
     paths = write_outputs(out, runs, context(spec_cluster, spec_workload, seed))
     console.print(f"Report: [bold]{paths['report']}[/]  metrics: {paths['metrics']}")
 
 
-def _run_with_progress(
-    cluster: Cluster, workload: Workload, profiles: list[Profile], seed: int, period: float | None
+def _run_with_progress(  # noqa: PLR0917 - a private helper of simulate, called once
+    cluster: Cluster,
+    workload: Workload,
+    profiles: list[Profile],
+    seed: int,
+    period: float | None,
+    explain: frozenset[str],
 ) -> list[ProfileRun]:
     columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -85,7 +100,21 @@ def _run_with_progress(
             seed=seed,
             period_s=period,
             progress=lambda name, n: progress.advance(tasks[name], n),
+            explain=explain,
         )
+
+
+def _story(job_id: str, runs: list[ProfileRun]) -> Table:
+    """One job's story under each profile: what happened when, and why it waited."""
+    table = Table(title=f"Why {job_id} waited, profile by profile (times in hours from the first submission)")
+    table.add_column("profile", style="bold", no_wrap=True)
+    table.add_column("t (h)", justify="right")
+    table.add_column("what happened")
+    for run in runs:
+        for i, (time_s, text) in enumerate(run.result.explanations.get(job_id, [])):
+            table.add_row(run.profile.name if i == 0 else "", f"{time_s / 3600:.2f}", text)
+        table.add_section()
+    return table
 
 
 _COLUMNS: tuple[tuple[str, str, float], ...] = (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from loadmaster import __version__
 from loadmaster.config import Cluster, Workload
-from loadmaster.metrics import RunSummary, summarize
+from loadmaster.metrics import RunSummary, summarize, wait_reasons
 from loadmaster.report import write_html_report, write_job_table, write_plots, write_timeline
 from loadmaster.scheduling import Profile, Scheduler
 from loadmaster.sim import RunResult, SimOptions, simulate
@@ -40,12 +40,13 @@ def compare(
     seed: int = 0,
     period_s: float | None = None,
     progress: Callable[[str, int], None] | None = None,
+    explain: frozenset[str] = frozenset(),
 ) -> list[ProfileRun]:
     """Run every profile on the same jobs; ``progress(profile, jobs_done)`` reports as it goes."""
     runs = []
     for profile in profiles:
         report = (lambda n, name=profile.name: progress(name, n)) if progress else None
-        options = SimOptions(seed=seed, period_s=period_s, progress=report)
+        options = SimOptions(seed=seed, period_s=period_s, progress=report, explain=explain)
         started = time.perf_counter()
         result = simulate(cluster.nodes, Scheduler(profile), workload.jobs, options)
         wall = time.perf_counter() - started
@@ -80,7 +81,15 @@ def write_outputs(out_dir: Path, runs: Sequence[ProfileRun], ctx: dict[str, str]
     metrics = {
         "context": ctx,
         "profiles": {
-            run.profile.name: {"wall_s": round(run.wall_s, 3), **run.summary.to_dict()} for run in runs
+            run.profile.name: {
+                "wall_s": round(run.wall_s, 3),
+                **run.summary.to_dict(),
+                "waiting": wait_reasons(run.result.jobs),
+                "explain": {
+                    job: [[t, text] for t, text in story] for job, story in run.result.explanations.items()
+                },
+            }
+            for run in runs
         },
     }
     metrics_path = out_dir / "metrics.json"

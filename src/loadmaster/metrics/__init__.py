@@ -1,5 +1,6 @@
 """Outcome metrics: what a run's JobTable and Timeline say about a scheduling policy."""
 
+from loadmaster.metrics.reasons import wait_reasons
 from loadmaster.metrics.summary import (
     GroupStats,
     RunSummary,
@@ -26,4 +27,5 @@ __all__ = [
     "slowdown",
     "summarize",
     "time_weighted_mean",
+    "wait_reasons",
 ]
