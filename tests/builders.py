@@ -3,14 +3,14 @@
 ``a_job("j1").tasks(4).gpus(1).submitted(10).build()`` is a gang of four 1-GPU
 tasks; ``gpus`` is per task, as in :class:`TaskRequest` (0.5 is half a GPU).
 ``a_cluster().nodes(4, gpus=8).build()`` is a :class:`NodeTable`;
-``a_snapshot(cluster).used("n1", 3).pending(job).build()`` is the view one
-scheduling cycle sees. :class:`RecordingScheduler` keeps every Bind a
+``a_snapshot(cluster).used("n1", 3).running(job, "n0", since=50).pending(job).build()``
+is the view one scheduling cycle sees. :class:`RecordingScheduler` keeps every Bind a
 simulation carried out, with its time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +25,8 @@ from loadmaster.model import (
     NodeTable,
     PendingJob,
     ResourceType,
+    RunningJob,
+    TaskPlacement,
     TaskRequest,
     TraceJob,
 )
@@ -186,6 +188,7 @@ class SnapshotBuilder:
     cluster: NodeTable
     _used: dict[str, int] = field(default_factory=dict)
     _pending: list[PendingJob] = field(default_factory=list)
+    _running: list[tuple[Job, tuple[str, ...], float]] = field(default_factory=list)
 
     def used(self, node: str, gpus: int) -> SnapshotBuilder:
         """Take the first ``gpus`` GPUs of ``node`` (by someone not in the snapshot's queue)."""
@@ -196,11 +199,27 @@ class SnapshotBuilder:
         self._pending.extend(PendingJob(j.build() if isinstance(j, JobBuilder) else j) for j in jobs)
         return self
 
+    def running(self, job: Job | JobBuilder, *nodes: str, since: float = 0.0) -> SnapshotBuilder:
+        """``job`` running since ``since``: task ``i`` on ``nodes[i]`` (one name: every task there).
+
+        Its tasks take the lowest free GPUs of their nodes after ``used``, in the
+        order the running jobs were added; its expected end is ``since`` plus its limit.
+        """
+        built = job.build() if isinstance(job, JobBuilder) else job
+        if len(nodes) not in (1, built.tasks):
+            raise ValueError(f"{built.id}: name one node, or one per task ({built.tasks}); got {nodes}")
+        self._running.append((built, nodes * built.tasks if len(nodes) == 1 else nodes, since))
+        return self
+
     def build(self) -> ClusterSnapshot:
         gpu_free = np.where(self.cluster.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
         names = [n.name for n in self.cluster.nodes]
         for node, gpus in self._used.items():
             gpu_free[names.index(node), :gpus] = 0
+        running = tuple(
+            RunningJob(job, tuple(_occupy(gpu_free, names.index(n), job.request) for n in nodes), since)
+            for job, nodes, since in self._running
+        )
         whole, largest, total = gpu_summary(gpu_free)
         return ClusterSnapshot(
             nodes=self.cluster,
@@ -210,22 +229,43 @@ class SnapshotBuilder:
             whole_free=whole,
             largest_share=largest,
             free_milli=total,
-            running=(),
+            running=running,
             pending=tuple(self._pending),
         )
+
+
+def _occupy(gpu_free: np.ndarray, node: int, request: TaskRequest) -> TaskPlacement:
+    """Take one task of ``request`` on ``node``'s lowest free GPUs (a share: the first GPU with room)."""
+    milli = min(request.gpu_milli, MILLI_PER_GPU)
+    if request.gpu_milli >= MILLI_PER_GPU:
+        gpus = np.flatnonzero(gpu_free[node] == MILLI_PER_GPU)[: request.whole_gpus]
+    else:
+        gpus = np.flatnonzero(gpu_free[node] >= milli)[:1]
+    if len(gpus) < max(request.whole_gpus, 1):
+        raise ValueError(f"a running task of {request.gpus:g} GPU(s) does not fit node {node}")
+    gpu_free[node, gpus] -= milli
+    return TaskPlacement(node, tuple(int(g) for g in gpus), milli, request.cpu_milli, request.memory_mib)
 
 
 def a_snapshot(cluster: NodeTable) -> SnapshotBuilder:
     return SnapshotBuilder(cluster)
 
 
-def profile(*plugins: str, strict: bool = True, actions: Sequence[str] | None = None) -> Profile:
+def profile(
+    *plugins: str,
+    strict: bool = True,
+    actions: Sequence[str] | None = None,
+    args: Mapping[str, Mapping[str, object]] | None = None,
+) -> Profile:
     """A validated profile of ``plugins`` in the order given; ``strict`` is fifo's argument.
 
+    ``args`` gives other plugins' arguments by plugin name (``{"backfill": {"mode": "easy"}}``).
     Without ``actions``, the profile gets the actions its plugins need: ``admit``
     for admit plugins, ``backfill`` for a reserve plugin, ``preempt`` for victim plugins.
     """
-    specs = [PluginSpec(name, {"strict": strict} if name == "fifo" else {}) for name in plugins]
+    given = args or {}
+    base = {"fifo": {"strict": strict}}
+    specs = [PluginSpec(name, {**base.get(name, {}), **given.get(name, {})}) for name in plugins]
     return build_profile("test", actions if actions is not None else needed_actions(plugins), specs)
 
 

@@ -178,9 +178,16 @@ class ReservePlugin(Plugin):
     start now only where they cannot delay a reservation.
     """
 
+    max_starving_per_cycle: int = 0
+    """Most starving jobs the ``backfill`` action visits first in a cycle."""
+
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
-        """Whether ``pending`` gets a reservation, ``held`` having been made already this cycle."""
+        """Whether ``pending`` gets a reservation, ``held`` having been made in its queue lane this cycle."""
         raise NotImplementedError
+
+    def starving(self, pending: PendingJob, ctx: CycleContext) -> bool:
+        """Whether ``pending`` has waited so long that it is visited first and always reserves."""
+        return False
 
     def estimate_s(self, job: Job, ctx: CycleContext) -> float:
         """Expected run time of ``job`` (its requested time limit unless the plugin predicts better)."""

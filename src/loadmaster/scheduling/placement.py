@@ -35,21 +35,21 @@ def default_choose_node(
 ) -> int:
     """Topology rule: fewest nodes first, then one rack (one InfiniBand leaf) for a multi-node job.
 
-    A node that takes all remaining tasks wins (the best-scoring such node),
-    so a job that fits one node is never split. Otherwise the job stays in
-    the rack of the nodes it already has while that rack has room; its first
-    node goes to a rack that can hold the whole job if any can, and within
-    the rack to the node that takes the most tasks. Ties go to the higher
-    score, then the lower index. Returns -1 when no node can take a task.
+    A job one node can hold goes to the best-scoring such node, never split.
+    A multi-node job stays in the racks of the nodes it already has while
+    they have room; its first node goes to a rack that can hold the whole job
+    if any can. Among the candidate nodes, one that takes all remaining tasks
+    wins, else the one that takes the most. Ties go to the higher score, then
+    the lower index. Returns -1 when no node can take a task.
     """
     if capacity.size == 0 or capacity.max() <= 0:
         return -1
-    whole = capacity >= remaining
+    candidates = _rack_candidates(capacity, remaining, used, nodes)
+    whole = candidates & (capacity >= remaining)
     if whole.any():
         return _best(whole, scores)
-    in_rack = _rack_candidates(capacity, remaining, used, nodes)
-    most = capacity[in_rack].max()
-    return _best(in_rack & (capacity == most), scores)
+    most = capacity[candidates].max()
+    return _best(candidates & (capacity == most), scores)
 
 
 def _rack_candidates(
@@ -60,6 +60,8 @@ def _rack_candidates(
         same = np.isin(nodes.rack_index, nodes.rack_index[list(used)]) & has_room
         if same.any():
             return same
+    elif (capacity >= remaining).any():
+        return has_room  # one node holds the whole job: racks do not matter
     per_rack = np.bincount(nodes.rack_index, weights=np.maximum(capacity, 0), minlength=len(nodes.racks))
     holding = np.flatnonzero(per_rack >= remaining)
     if holding.size:

@@ -109,7 +109,7 @@ class Scheduler:
         empty = ClusterSnapshot.empty(nodes, [probe])
         # A fixed seed: feasibility must not depend on (or consume) the run's random stream.
         session = self._session(empty, 0.0, np.random.default_rng(0), [probe], frozenset({job.queue}))
-        allocate.run(session)
+        allocate.walk(session)  # placement alone: reservations cannot matter on an empty cluster
         if any(isinstance(d, Bind) and d.starts for d in session.decisions):
             return SUCCESS
         status = session.statuses.get(job.id)

@@ -17,7 +17,17 @@ from loadmaster.scheduling.status import SUCCESS, Status, unschedulable, wait
 
 
 def run(session: Session) -> None:
-    """Try each job in queue order; bind what admission and the permit plugins accept."""
+    """Try each job in queue order; bind what admission and the permit plugins accept.
+
+    With ``backfill`` in the profile this does nothing: the backfill walk
+    places jobs itself, so that none starts in a way that delays a reservation.
+    """
+    if "backfill" not in session.profile.actions:
+        walk(session)
+
+
+def walk(session: Session) -> None:
+    """Place each job of the queue in order, blocking strict lanes at the first job that cannot start."""
     scoring = Scoring(tuple(session.profile.scores))
     for pending in session.queue:
         job = pending.job

@@ -1,26 +1,29 @@
-"""backfill: after ``allocate``, reserve for jobs that cannot start and start later jobs around them.
+"""backfill: start jobs in queue order where they delay no reservation, and reserve for those that wait.
 
-Walks the queue in order (strict queues included: backfill is what lets a
-later job pass a blocked head without delaying it). For each job not yet
-bound: try to place it now on the cluster less every reservation its run
-would overlap; if that fails and the reserve plugin grants it one, compute
-its earliest start and hold that capacity; its status then says when it is
-expected to start.
+With ``backfill`` in a profile, ``allocate`` leaves the placing to this walk,
+so that no job starts, from the first one on, in a way that would delay a
+reservation. Starving jobs are visited first (oldest first), then the queue
+in order (strict queues included: backfill is what lets a later job pass a
+blocked head without delaying it). For each job: try to place it now on the
+cluster less every reservation its run would overlap; if that fails and the
+reserve plugin grants it one (EASY: the first waiting job of each queue
+lane), compute its earliest start and hold that capacity; its status then
+says when it is expected to start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import replace
 
-from loadmaster.model import PendingJob
+from loadmaster.model import PendingJob, RunningJob
 from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, try_place
-from loadmaster.scheduling.decisions import Reserve
+from loadmaster.scheduling.decisions import Bind, Reserve
 from loadmaster.scheduling.framework import ReservePlugin
 from loadmaster.scheduling.placement import Scoring
 from loadmaster.scheduling.reservation import (
     Future,
     Placer,
-    Release,
     ReleasePlan,
     Reservation,
     earliest_start,
@@ -57,54 +60,98 @@ class _Shadows:
 
 
 class _Futures:
-    """The cycle's Future: the release plan is built once, when first needed; the state follows binds."""
+    """The cycle's Future: releases of running jobs and of jobs started in this cycle.
 
-    def __init__(self, session: Session, ends: list[Release]) -> None:
+    The release plan is rebuilt only when a reservation is needed after more
+    jobs have started (they hold GPUs in the cycle's state, so they must also
+    give them back in the future).
+    """
+
+    def __init__(self, session: Session, plugin: ReservePlugin) -> None:
         self.session = session
-        self.ends = ends
+        self.plugin = plugin
+        ctx = session.ctx
+        self.running = list(ctx.snapshot.running)
+        self.jobs = {p.job.id: p.job for p in session.queue}
         self._plan: ReleasePlan | None = None
+        self._binds = -1
 
     def current(self) -> Future:
-        if self._plan is None:
-            self._plan = ReleasePlan(self.ends, self.session.flat_placements)
+        binds = [d for d in self.session.decisions if isinstance(d, Bind) and d.starts]
+        if self._plan is None or len(binds) != self._binds:
+            ctx = self.session.ctx
+            started = [RunningJob(self.jobs[b.job_id], b.placements, ctx.now) for b in binds]
+            everyone = self.running + started
+            estimates = {r.job.id: self.plugin.estimate_s(r.job, ctx) for r in everyone}
+            self._plan = ReleasePlan(releases(everyone, ctx.now, estimates), self.session.flat_placements)
+            self._binds = len(binds)
         return Future(self.session.ctx.state, self._plan)
 
 
-def run(session: Session) -> None:
-    """Reserve and backfill over the whole queue; see the module docstring."""
-    plugin: ReservePlugin = session.profile.reserve[0]
-    ctx = session.ctx
-    scoring = Scoring(tuple(session.profile.scores))
-    estimates = {r.job.id: plugin.estimate_s(r.job, ctx) for r in ctx.snapshot.running}
-    ends = releases(list(ctx.snapshot.running), ctx.now, estimates)
-    futures = _Futures(session, ends)
-    reservations: list[Reservation] = []
-    shadows = _Shadows(session, reservations)
-    for pending in session.queue:
-        job = pending.job
-        if job.id in session.bound:
-            continue
+class _Walk:
+    """One backfill walk: the reservations made so far and how they are counted."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.plugin: ReservePlugin = session.profile.reserve[0]
+        self.scoring = Scoring(tuple(session.profile.scores))
+        self.futures = _Futures(session, self.plugin)
+        self.reservations: list[Reservation] = []
+        self.shadows = _Shadows(session, self.reservations)
+        self.per_lane: dict[str, int] = {}
+        self.starving_held = 0
+        self.done: set[str] = set()
+
+    def visit(self, pending: PendingJob, *, starving: bool) -> None:
+        """Start ``pending`` now if that delays no reservation, else perhaps reserve for it."""
+        session, ctx, job = self.session, self.session.ctx, pending.job
+        self.done.add(job.id)
         status = admit(session, pending)
         if not status.ok:
             session.statuses[job.id] = status
-            continue
-        run_s = plugin.estimate_s(job, ctx)
-        key, view = shadows.view(ctx.now, ctx.now + run_s)
-        status = try_place(session, pending, scoring, view, key)
+            return
+        run_s = self.plugin.estimate_s(job, ctx)
+        key, view = self.shadows.view(ctx.now, ctx.now + run_s)
+        status = try_place(session, pending, self.scoring, view, key)
         if status.ok:
             session.statuses.pop(job.id, None)
-            continue
-        if plugin.wants_reservation(pending, len(reservations), ctx):
+            return
+        if key != "now":
+            status = replace(status, reason=f"{status.reason} (GPUs held for reservations are not counted)")
+        lane = session.lane(job)
+        held = self.per_lane.get(lane, 0)
+        if starving or self.plugin.wants_reservation(pending, held, ctx):
             status = _reserve(
                 session,
                 pending,
                 run_s=run_s,
-                future=futures.current(),
-                reservations=reservations,
-                scoring=scoring,
+                future=self.futures.current(),
+                reservations=self.reservations,
+                scoring=self.scoring,
                 now_status=status,
             )
+            if status.estimated_start_s is not None:
+                self.per_lane[lane] = held + 1
+                self.starving_held += starving
         session.statuses[job.id] = status
+
+
+def run(session: Session) -> None:
+    """Reserve and backfill over the whole queue; see the module docstring.
+
+    Starving jobs (past the plugin's starvation threshold) go first, oldest
+    first, so that no later job takes what they need; then the queue in order.
+    """
+    walk = _Walk(session)
+    starving = sorted(
+        (p for p in session.queue if p.job.id not in session.bound and walk.plugin.starving(p, session.ctx)),
+        key=lambda p: (p.job.submit_s, p.job.id),
+    )
+    for pending in starving[: walk.plugin.max_starving_per_cycle]:
+        walk.visit(pending, starving=True)
+    for pending in session.queue:
+        if pending.job.id not in session.bound and pending.job.id not in walk.done:
+            walk.visit(pending, starving=False)
     session.blocked.clear()  # every job now carries its own status from this walk
 
 

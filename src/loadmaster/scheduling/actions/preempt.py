@@ -2,9 +2,11 @@
 
 For each job still waiting (at most ``MAX_PREEMPTORS`` per cycle, in queue
 order), the victim plugins name eligible running jobs, most preferred first.
-Victims are added in that order until the job fits on the cluster as it
-would be without them, then any victim the job can do without is dropped
-again, so the fewest and most preferred are evicted. A gang is evicted whole:
+The most preferred single victim that makes room is taken if there is one;
+otherwise victims are added in that order until the job fits on the cluster
+as it would be without them, then any victim the job can do without is
+dropped again. So the fewest jobs are evicted, and among equals the most
+preferred (lowest priority, then least work lost). A gang is evicted whole:
 a victim is a whole job.
 """
 
@@ -70,9 +72,16 @@ def _fits_without(
     return status.ok or len(placed) >= pending.tasks_left
 
 
+SINGLE_VICTIM_TRIES = 16
+"""Candidates tried one at a time before victims are combined: one eviction beats several."""
+
+
 def _fewest(
     session: Session, pending: PendingJob, candidates: list[RunningJob], scoring: Scoring
 ) -> list[RunningJob]:
+    for victim in candidates[:SINGLE_VICTIM_TRIES]:
+        if _fits_without(session, pending, [victim], scoring):
+            return [victim]
     chosen: list[RunningJob] = []
     for victim in candidates:
         chosen.append(victim)

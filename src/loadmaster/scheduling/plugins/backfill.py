@@ -1,14 +1,16 @@
 """backfill: reservations for waiting jobs, so that later jobs may start without delaying them.
 
-EASY (``mode: easy``): the first job that cannot start reserves its earliest
-start, computed from running jobs' expected ends; a later job starts now only
-if it ends before that reservation or uses capacity the reservation does not
-need. Conservative (``mode: conservative``): every waiting job ahead holds a
-reservation (up to ``depth`` per cycle, which bounds the cycle's cost).
+EASY (``mode: easy``): the first job of each queue lane that cannot start
+reserves its earliest start, computed from running jobs' expected ends; a
+later job starts now only if it ends before that reservation or uses capacity
+the reservation does not need. Conservative (``mode: conservative``): every
+waiting job ahead holds a reservation (up to ``depth`` per lane and cycle,
+which bounds the cycle's cost).
 
-The starvation guard gives any job that has waited ``starvation_s`` a
-reservation whatever the depth, so no job waits past the guard plus the run
-time of the jobs ahead of it. Run times come from requested time limits, or
+The starvation guard visits every job that has waited ``starvation_s`` first,
+oldest first (up to ``max_starving`` per cycle), and gives it a reservation
+before any other job may start, so no job waits much past the guard plus the
+run time of the jobs already running. Run times come from requested time limits, or
 (``estimate: history``) from the mean of the user's last run times, capped by
 the limit; history makes reservations tighter but they can then be missed.
 """
@@ -27,7 +29,7 @@ class BackfillArgs:
     mode: Literal["easy", "conservative"] = "easy"
     """easy: only the first blocked job (and starving ones) reserve; conservative: up to ``depth``."""
     depth: int = 16
-    """Most reservations per cycle in conservative mode (each costs a scan of running jobs' ends)."""
+    """Most reservations per queue lane and cycle in conservative mode (each costs a search of ends)."""
     starvation_s: float | None = 86_400.0
     """A job waiting longer than this always gets a reservation (None: no guard)."""
     estimate: Literal["limit", "history"] = "limit"
@@ -35,8 +37,8 @@ class BackfillArgs:
     history_jobs: int = 2
     """How many of the user's most recent run times the history estimate averages."""
     max_starving: int = 8
-    """Most reservations the starvation guard adds per cycle beyond ``depth`` (bounds the cycle's cost,
-    as Slurm's bf_max_job_test does); the longest-waiting starving jobs come first in most orders."""
+    """Most starving jobs visited first per cycle, oldest first (bounds the cycle's cost, as Slurm's
+    bf_max_job_test does); the others are visited in queue order."""
 
     def __post_init__(self) -> None:
         if self.depth < 1:
@@ -56,14 +58,14 @@ class Backfill(ReservePlugin):
     def __init__(self, args: BackfillArgs | None = None) -> None:
         super().__init__(args)
         self.settings: BackfillArgs = args or BackfillArgs()
+        self.max_starving_per_cycle = self.settings.max_starving
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
-        limit = 1 if self.settings.mode == "easy" else self.settings.depth
-        if held < limit:
-            return True
+        return held < (1 if self.settings.mode == "easy" else self.settings.depth)
+
+    def starving(self, pending: PendingJob, ctx: CycleContext) -> bool:
         guard = self.settings.starvation_s
-        starving = guard is not None and ctx.now - pending.job.submit_s >= guard
-        return starving and held < limit + self.settings.max_starving
+        return guard is not None and ctx.now - pending.job.submit_s >= guard
 
     def estimate_s(self, job: Job, ctx: CycleContext) -> float:
         if self.settings.estimate == "limit":

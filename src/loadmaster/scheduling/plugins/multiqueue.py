@@ -2,9 +2,11 @@
 
 In production this cut the weekly mean queue wait from 32 hours to 5: under
 strict FIFO, an 8-GPU job at the head no longer holds back the 1-GPU jobs
-behind it, and 8-GPU jobs are no longer overtaken forever by small ones. Each
-size queue is a lane of its own for head-of-line blocking; the order inside
-every lane is what the other order plugins say (fifo by default).
+behind it, and 8-GPU jobs compete among themselves. Each size queue is a lane
+of its own for head-of-line blocking; the order inside every lane is what the
+other order plugins say (fifo by default). Lanes alone reserve nothing: small
+jobs may keep taking the GPUs a large job waits for, so combine multi-queue
+with backfill (reservations per lane) or size zones, as ``sds`` does.
 """
 
 from __future__ import annotations
