@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadmaster.model import Job, PendingJob
+from loadmaster.model import Job, PendingJob, TaskPlacement
 from loadmaster.scheduling.decisions import Decision
 from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
@@ -43,6 +43,8 @@ class Session:
     """Set by the ``admit`` action: ask the admit plugins before placing each job."""
     state_version: int = 0
     """Bumped at every bind, so views derived from the cycle's state know they are stale."""
+    bind_listeners: list[Callable[[Sequence[TaskPlacement]], None]] = field(default_factory=list)
+    """Called with the placements of every bind committed in the cycle (views kept in step)."""
     bound: set[str] = field(default_factory=set)
     """Jobs bound (started or partly placed) in this cycle."""
     strict: bool = field(init=False, default=False)

@@ -94,6 +94,16 @@ class WorkingState:
         self.cpu_free[node] += sign * placement.cpu_milli
         self.memory_free[node] += sign * placement.memory_mib
 
+    def take_clamped(self, placement: TaskPlacement) -> None:
+        """Take ``placement`` without logging, never below zero (keeps a reservation shadow in step)."""
+        node = placement.node
+        row = self.gpu_free[node]
+        for gpu in placement.gpu_indices:
+            row[gpu] = max(int(row[gpu]) - placement.gpu_milli, 0)
+        self.cpu_free[node] = max(int(self.cpu_free[node]) - placement.cpu_milli, 0)
+        self.memory_free[node] = max(int(self.memory_free[node]) - placement.memory_mib, 0)
+        self._refresh(node)
+
     def release(self, placement: TaskPlacement) -> None:
         """Give a placement's resources back without logging (a future view of the cluster)."""
         self._apply(placement, +1)

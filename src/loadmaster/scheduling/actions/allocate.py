@@ -106,6 +106,8 @@ def commit(
     session.decisions.append(Bind(pending.job.id, tuple(placed), starts))
     session.bound.add(pending.job.id)
     session.state_version += 1
+    for listener in session.bind_listeners:
+        listener(placed)
     gpus = sum(p.gpu_milli * len(p.gpu_indices) for p in placed) / MILLI_PER_GPU
     for plugin in session.profile.admit:
         plugin.on_bind(pending.job, gpus, session.ctx)

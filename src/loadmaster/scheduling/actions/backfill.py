@@ -13,11 +13,10 @@ says when it is expected to start.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import replace
+from collections.abc import Hashable, Sequence
 
-from loadmaster.model import PendingJob, RunningJob
-from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, try_place
+from loadmaster.model import PendingJob, RunningJob, TaskPlacement
+from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, shape_of, try_place
 from loadmaster.scheduling.decisions import Bind, Reserve
 from loadmaster.scheduling.framework import ReservePlugin
 from loadmaster.scheduling.placement import Scoring
@@ -36,12 +35,23 @@ from loadmaster.scheduling.status import Status, wait
 
 
 class _Shadows:
-    """Views of the cycle's state less sets of reservations, rebuilt when a bind changes the state."""
+    """Views of the cycle's state less sets of reservations, kept in step with every bind.
+
+    A shadow is ``max(state - reserved, 0)``; taking a bind's placements from
+    it (clamped) gives exactly the shadow of the new state, so shadows are
+    built once per set of reservations rather than after every bind.
+    """
 
     def __init__(self, session: Session, reservations: list[Reservation]) -> None:
         self.session = session
         self.reservations = reservations
-        self._cache: dict[Hashable, tuple[int, WorkingState]] = {}
+        self._cache: dict[Hashable, WorkingState] = {}
+        session.bind_listeners.append(self.on_bind)
+
+    def on_bind(self, placements: Sequence[TaskPlacement]) -> None:
+        for state in self._cache.values():
+            for placement in placements:
+                state.take_clamped(placement)
 
     def view(self, start_s: float, end_s: float) -> tuple[Hashable, WorkingState]:
         if not self.reservations:
@@ -49,14 +59,14 @@ class _Shadows:
         overlapping = tuple(i for i, r in enumerate(self.reservations) if r.overlaps(start_s, end_s))
         if not overlapping:
             return "now", self.session.ctx.state
-        version = self.session.state_version
         cached = self._cache.get(overlapping)
-        if cached is None or cached[0] != version:
-            state = without(self.session.ctx.state, self.reservations, start_s, end_s)
-            cached = (version, state)
+        if cached is None:
+            cached = without(self.session.ctx.state, self.reservations, start_s, end_s)
+            if cached is self.session.ctx.state:
+                cached = cached.copy()
             self._cache[overlapping] = cached
-        # Binds only shrink a shadow, so failures memoised under this key stay true across versions.
-        return ("shadow", overlapping), cached[1]
+        # Binds only shrink a shadow, so failures memoised under this key stay true after them.
+        return ("shadow", overlapping), cached
 
 
 class _Futures:
@@ -110,6 +120,13 @@ class _Walk:
         if not status.ok:
             session.statuses[job.id] = status
             return
+        lane = session.lane(job)
+        held = self.per_lane.get(lane, 0)
+        reserving = starving or self.plugin.wants_reservation(pending, held, ctx)
+        known = None if pending.bound else session.failed_shapes.get(("now", shape_of(session, job)))
+        if known is not None and not reserving:
+            session.statuses[job.id] = known  # it fails on the whole cluster, so on any shadow of it
+            return
         run_s = self.plugin.estimate_s(job, ctx)
         key, view = self.shadows.view(ctx.now, ctx.now + run_s)
         status = try_place(session, pending, self.scoring, view, key)
@@ -117,10 +134,10 @@ class _Walk:
             session.statuses.pop(job.id, None)
             return
         if key != "now":
-            status = replace(status, reason=f"{status.reason} (GPUs held for reservations are not counted)")
-        lane = session.lane(job)
-        held = self.per_lane.get(lane, 0)
-        if starving or self.plugin.wants_reservation(pending, held, ctx):
+            status = Status(
+                status.code, f"{status.reason} (GPUs held for reservations are not counted)", status.plugin
+            )
+        if reserving:
             status = _reserve(
                 session,
                 pending,
