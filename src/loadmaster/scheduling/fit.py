@@ -64,6 +64,21 @@ def capacity(state: WorkingState, request: TaskRequest) -> IntArray:
     return cap
 
 
+def fits_one(state: WorkingState, request: TaskRequest) -> BoolArray:
+    """Nodes that can take one more task of ``request`` (``capacity >= 1``, computed more cheaply)."""
+    if request.whole_gpus:
+        mask = state.whole_free >= request.whole_gpus
+    elif request.is_fractional:
+        mask = state.largest_share >= request.gpu_milli
+    else:
+        mask = np.ones(len(state.nodes), dtype=bool)
+    if request.cpu_milli:
+        mask &= state.cpu_free >= request.cpu_milli
+    if request.memory_mib:
+        mask &= state.memory_free >= request.memory_mib
+    return mask
+
+
 def explain(state: WorkingState, request: TaskRequest, allowed: BoolArray) -> str:
     """Why no allowed node can take one more task: the first resource that falls short.
 
@@ -93,8 +108,9 @@ def choose_gpus(state: WorkingState, node: int, request: TaskRequest) -> tuple[i
     """GPU indices on ``node`` for one task: lowest free whole GPUs, or the best-fitting share."""
     row = state.gpu_free[node]
     if request.whole_gpus:
-        free = np.flatnonzero(row == MILLI_PER_GPU)[: request.whole_gpus]
-        return tuple(int(g) for g in free)
+        # A plain loop: a node has a handful of GPUs, where numpy's call overhead dominates.
+        free = [gpu for gpu, milli in enumerate(row.tolist()) if milli == MILLI_PER_GPU]
+        return tuple(free[: request.whole_gpus])
     if request.is_fractional:
         # Best fit keeps whole GPUs whole for later whole-GPU jobs.
         fits = np.where(row >= request.gpu_milli, row, MILLI_PER_GPU + 1)

@@ -80,6 +80,8 @@ class Scoring:
     plugins: tuple[tuple[ScorePlugin, float], ...]
 
     def combined(self, pending: PendingJob, ctx: CycleContext) -> FloatArray:
+        if len(self.plugins) == 1 and self.plugins[0][1] == 1.0:
+            return self.plugins[0][0].score(pending.job, pending.job.request, ctx)
         total = np.zeros(len(ctx.state.nodes), dtype=np.float64)
         for plugin, weight in self.plugins:
             total += weight * plugin.score(pending.job, pending.job.request, ctx)
@@ -101,6 +103,8 @@ def place_job(
     """
     request = pending.job.request
     remaining = pending.job.tasks - len(pending.bound)
+    if remaining == 1 and topology is None:
+        return _place_one(pending, allowed, ctx, scoring)
     used: list[int] = []
     placed: list[TaskPlacement] = []
     choose = topology.choose_node if topology is not None else default_choose_node
@@ -123,6 +127,26 @@ def place_job(
             remaining -= 1
         used.append(node)
     return placed, SUCCESS
+
+
+def _place_one(
+    pending: PendingJob, allowed: BoolArray, ctx: CycleContext, scoring: Scoring
+) -> tuple[list[TaskPlacement], Status]:
+    """The common case, one task left: the best-scoring node that fits (what the general loop does)."""
+    request = pending.job.request
+    fits = allowed & fit.fits_one(ctx.state, request)
+    if not fits.any():
+        return [], unschedulable(_shortfall(pending, [], allowed, ctx), "fit")
+    node = _best(fits, scoring.combined(pending, ctx))
+    placement = TaskPlacement(
+        node=node,
+        gpu_indices=fit.choose_gpus(ctx.state, node, request),
+        gpu_milli=min(request.gpu_milli, 1000),
+        cpu_milli=request.cpu_milli,
+        memory_mib=request.memory_mib,
+    )
+    ctx.state.take(placement)
+    return [placement], SUCCESS
 
 
 def _shortfall(

@@ -141,6 +141,28 @@ class Future:
         view.whole_free, view.largest_share, view.free_milli = gpu_summary(view.gpu_free)
         return view
 
+    def room_at_most(self, k: int, allowed: BoolArray, request: TaskRequest) -> int:
+        """An upper bound of how many tasks of a whole-GPU (or GPU-less) request fit after ``k`` releases.
+
+        Counts every released GPU as wholly free (exact unless GPUs are shared),
+        without building the state: cheap enough for every step of a search.
+        """
+        state, plan, size = self.state, self.plan, len(self.state.nodes)
+        g, n = plan.gpu[: plan.gpu_upto[k]], plan.node[: plan.node_upto[k]]
+        cap = np.full(size, np.iinfo(np.int64).max // 2, dtype=np.int64)
+        if request.whole_gpus:
+            whole = state.whole_free + np.bincount(g[:, 0], minlength=size)
+            cap = np.minimum(cap, np.minimum(whole, state.nodes.gpus) // request.whole_gpus)
+        if request.cpu_milli:
+            cpu = state.cpu_free + np.bincount(n[:, 0], weights=n[:, 1], minlength=size).astype(np.int64)
+            cap = np.minimum(cap, cpu // request.cpu_milli)
+        if request.memory_mib:
+            memory = state.memory_free + np.bincount(n[:, 0], weights=n[:, 2], minlength=size).astype(
+                np.int64
+            )
+            cap = np.minimum(cap, memory // request.memory_mib)
+        return int(np.where(allowed, cap, 0).sum())
+
 
 def earliest_start(
     pending: PendingJob,
@@ -184,13 +206,27 @@ def earliest_start(
 
 
 def _first_fit(future: Future, need: int, placer: Placer, request: TaskRequest) -> int | None:
-    """Fewest releases after which the job's tasks fit by count (ignoring reservations), or None."""
+    """Releases after which the job's tasks may first fit by count (ignoring reservations), or None.
+
+    For whole-GPU requests the count is an upper bound, so the answer is never
+    later than the true one; the scan that follows checks each time exactly.
+    """
+    if request.is_fractional:
+
+        def room(k: int) -> int:
+            return _room(future.after(k), placer.allowed, request)
+
+    else:
+
+        def room(k: int) -> int:
+            return future.room_at_most(k, placer.allowed, request)
+
     low, high = 0, len(future.times)
-    if _room(future.after(high), placer.allowed, request) < need:
+    if room(high) < need:
         return None
     while low < high:
         middle = (low + high) // 2
-        if _room(future.after(middle), placer.allowed, request) >= need:
+        if room(middle) >= need:
             high = middle
         else:
             low = middle + 1
