@@ -6,7 +6,8 @@ under 100 ms for the shipped profiles ``sds``, ``nsml`` and ``slurm``.
 The cluster has two size zones (250 small-job nodes, 1,000 large-job nodes)
 in racks of 25; the jobs come from the built-in research-lab generator (load
 1.0 on the cluster). 2,000 of them are placed first with bin packing and
-become the running jobs, started over the previous day; the next 5,000 are
+become the running jobs, each having used a random part of its time limit
+(as on a live cluster, where a job stops at its limit); the next 5,000 are
 pending, submitted over the previous day. Each profile then decides the same
 snapshot ``--cycles`` times (a fresh copy of the state each time, caches warm
 after the first cycle, which is reported apart). The strict-FIFO ``fifo``
@@ -86,10 +87,13 @@ def snapshot(nodes: NodeTable, running: int, pending: int, seed: int) -> tuple[C
     first = [PendingJob(replace(t.job, submit_s=0.0, id=f"r{i}")) for i, t in enumerate(traces[:running])]
     result = placer.cycle(ClusterSnapshot.empty(nodes, first), 0.0, rng)
     by_id = {p.job.id: p.job for p in first}
-    starts = rng.uniform(0.0, now, size=len(result.decisions))
+    # Each running job has used a random part of its time limit (at most a day), as on a live
+    # cluster, where a job is stopped at its limit and so is never overdue.
     held = [
-        RunningJob(by_id[d.job_id], d.placements, float(s))
-        for d, s in zip(result.decisions, starts, strict=True)
+        RunningJob(
+            by_id[d.job_id], d.placements, now - float(rng.uniform()) * min(by_id[d.job_id].time_limit_s, now)
+        )
+        for d in result.decisions
         if isinstance(d, Bind)
     ]
     gpu = np.where(nodes.gpu_exists(), 1000, 0).astype(np.int64)

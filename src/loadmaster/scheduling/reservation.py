@@ -10,7 +10,10 @@ own run.
 
 from __future__ import annotations
 
+import bisect
 import functools
+import heapq
+import itertools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +26,9 @@ from loadmaster.scheduling import fit
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
 from loadmaster.scheduling.placement import Scoring, place_job
 from loadmaster.scheduling.state import Held, WorkingState
+
+JUMP = 16
+"""Releases applied one by one in a scan; more at once are summed in a single vectorised step."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,14 +192,23 @@ def earliest_start(
     if first is None:
         return None
     start = future.times[first - 1] if first else ctx.now
-    times = sorted({t for t in future.times[first:]} | {r.end_s for r in reservations if r.end_s > start})
+    ends = sorted(r.end_s for r in reservations if r.end_s > start)
+    times = itertools.islice(future.times, first, None)  # already in order: merged lazily, no copy
     index = first
     state = future.after(first)
-    for time_s in [start, *times]:
-        while index < len(future.times) and future.times[index] <= time_s:
-            for placement in future.ends[index].placements:
-                state.release(placement)
-            index += 1
+    previous = None
+    for time_s in heapq.merge([start], times, ends):
+        if time_s == previous:
+            continue
+        previous = time_s
+        upto = bisect.bisect_right(future.times, time_s, lo=index)
+        if upto - index > JUMP:
+            state = future.after(upto)  # many releases at once (overdue jobs all end "now"): one sum
+        else:
+            for release in future.ends[index:upto]:
+                for placement in release.placements:
+                    state.release(placement)
+        index = upto
         view = without(state, reservations, time_s, time_s + run_s)
         if _room(view, placer.allowed, pending.job.request) < need:
             continue

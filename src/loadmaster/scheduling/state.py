@@ -98,6 +98,14 @@ class WorkingState:
         """Take ``placement`` without logging, never below zero (keeps a reservation shadow in step)."""
         node = placement.node
         row = self.gpu_free[node]
+        fits = (
+            all(row[gpu] >= placement.gpu_milli for gpu in placement.gpu_indices)
+            and self.cpu_free[node] >= placement.cpu_milli
+            and self.memory_free[node] >= placement.memory_mib
+        )
+        if fits:
+            self._apply(placement, -1)  # the usual case, with exact incremental summaries
+            return
         for gpu in placement.gpu_indices:
             row[gpu] = max(int(row[gpu]) - placement.gpu_milli, 0)
         self.cpu_free[node] = max(int(self.cpu_free[node]) - placement.cpu_milli, 0)
