@@ -635,3 +635,26 @@ def test_a_job_kept_off_reserved_gpus_is_told_so() -> None:
     status = result.status_of("L", "default")
     assert status is not None
     assert "reserv" in status.reason
+
+
+def test_no_eviction_for_a_job_that_already_fits() -> None:
+    # n0: a long-running low-priority job (evictable); n1: 2 of 4 GPUs held by a high-priority job.
+    # H (2 x 4 GPUs) cannot start even if the low job goes, so nothing may be evicted for it; J fits
+    # n1's 2 free GPUs as it is (it only waits behind H in strict FIFO), so evicting for J would
+    # throw away work for nothing. Found by the policy table: the shipped `fair` profile evicted
+    # training jobs to start interactive jobs that already had room.
+    cluster = a_cluster().nodes(2, gpus=4).build()
+    snapshot = (
+        a_snapshot(cluster)
+        .running(a_job("low").gpus(4).priority("low").limit(100_000), "n0")
+        .running(a_job("keep").gpus(2).priority("high").limit(100_000), "n1")
+        .pending(
+            a_job("H").tasks(2).gpus(4).priority("high").submitted(1),
+            a_job("J").gpus(1).priority("high").submitted(2),
+        )
+        .build()
+    )
+    chosen = profile("priority", "fifo", "gang", "binpack", "priority-preempt")
+    result = Scheduler(chosen).cycle(snapshot, 10_000.0, np.random.default_rng(0))
+
+    assert not [d for d in result.decisions if isinstance(d, Preempt)]

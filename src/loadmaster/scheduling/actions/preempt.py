@@ -39,8 +39,8 @@ def run(session: Session) -> None:
         if pending.job.id in session.bound or not admit(session, pending).ok:
             continue
         candidates = _candidates(session, pending, evicted)
-        if not candidates:
-            continue
+        if not candidates or _fits_without(session, pending, [], scoring):
+            continue  # nobody to evict, or room enough already: it waits on something eviction cannot fix
         tried += 1
         victims = _fewest(session, pending, candidates, scoring)
         if victims:
