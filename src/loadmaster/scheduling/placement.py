@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import NodeTable, PendingJob, TaskPlacement
+from loadmaster.model import MILLI_PER_GPU, NodeTable, PendingJob, TaskPlacement, TaskRequest
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.framework import (
     BoolArray,
@@ -115,15 +115,7 @@ def place_job(
         if node < 0:
             return placed, unschedulable(_shortfall(pending, placed, allowed, ctx), "fit")
         for _ in range(min(int(cap[node]), remaining)):
-            placement = TaskPlacement(
-                node=node,
-                gpu_indices=fit.choose_gpus(ctx.state, node, request),
-                gpu_milli=min(request.gpu_milli, 1000),
-                cpu_milli=request.cpu_milli,
-                memory_mib=request.memory_mib,
-            )
-            ctx.state.take(placement)
-            placed.append(placement)
+            placed.append(_take_task(ctx, node, request))
             remaining -= 1
         used.append(node)
     return placed, SUCCESS
@@ -138,15 +130,20 @@ def _place_one(
     if not fits.any():
         return [], unschedulable(_shortfall(pending, [], allowed, ctx), "fit")
     node = _best(fits, scoring.combined(pending, ctx))
+    return [_take_task(ctx, node, request)], SUCCESS
+
+
+def _take_task(ctx: CycleContext, node: int, request: TaskRequest) -> TaskPlacement:
+    """One task of ``request`` on ``node``'s chosen GPUs, taken from ``ctx.state``."""
     placement = TaskPlacement(
         node=node,
         gpu_indices=fit.choose_gpus(ctx.state, node, request),
-        gpu_milli=min(request.gpu_milli, 1000),
+        gpu_milli=min(request.gpu_milli, MILLI_PER_GPU),
         cpu_milli=request.cpu_milli,
         memory_mib=request.memory_mib,
     )
     ctx.state.take(placement)
-    return [placement], SUCCESS
+    return placement
 
 
 def _shortfall(

@@ -88,7 +88,19 @@ class F1(OrderPlugin):
         return (f1_score(job), job.submit_s, job.id)
 
 
-class Wfp3(OrderPlugin):
+class _QuirkOrder(OrderPlugin):
+    """An order plugin that can reproduce the reference code's wait quirk."""
+
+    Args = QuirkArgs
+
+    def __init__(self, args: QuirkArgs | None = None) -> None:
+        super().__init__(args)
+        settings = args or QuirkArgs()
+        self.strict = settings.strict
+        self.reference_quirk = settings.reference_quirk
+
+
+class Wfp3(_QuirkOrder):
     """Key = (WFP3 score, submit time, id); WFP3 = -(w / r)^3 * n.
 
     Favours jobs that have waited long relative to their requested time, and
@@ -96,19 +108,13 @@ class Wfp3(OrderPlugin):
     """
 
     name = "wfp3"
-    Args = QuirkArgs
-
-    def __init__(self, args: QuirkArgs | None = None) -> None:
-        super().__init__(args)
-        self.strict = (args or QuirkArgs()).strict
-        self.reference_quirk = (args or QuirkArgs()).reference_quirk
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         wait = wait_s(job, ctx.now, self.reference_quirk)
         return (wfp3_score(job, wait), job.submit_s, job.id)
 
 
-class Unicep(OrderPlugin):
+class Unicep(_QuirkOrder):
     """Key = (UNICEP score, submit time, id); UNICEP = -w / (log2(max(n, 2)) * log10(max(r, 10))).
 
     Favours long waits, with a mild (logarithmic) preference for small and
@@ -118,12 +124,6 @@ class Unicep(OrderPlugin):
     """
 
     name = "unicep"
-    Args = QuirkArgs
-
-    def __init__(self, args: QuirkArgs | None = None) -> None:
-        super().__init__(args)
-        self.strict = (args or QuirkArgs()).strict
-        self.reference_quirk = (args or QuirkArgs()).reference_quirk
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         wait = wait_s(job, ctx.now, self.reference_quirk)
