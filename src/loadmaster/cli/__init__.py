@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loadmaster import __version__
+from loadmaster.cli import trace as trace_commands
+from loadmaster.cli.output import console
 from loadmaster.config import (
     BUILTIN_CLUSTERS,
     BUILTIN_WORKLOADS,
@@ -30,7 +31,8 @@ from loadmaster.scheduling import PLUGINS, Profile
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Schedule, simulate and study GPU clusters."
 )
-console = Console(width=None if Console().is_terminal else 120)
+
+app.add_typer(trace_commands.app, name="trace")
 
 DEFAULT_PROFILES = "kube-default,fifo,sds,nsml,slurm,fair"
 
