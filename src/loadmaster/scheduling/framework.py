@@ -73,6 +73,9 @@ class OrderPlugin(Plugin):
     """
 
     strict: bool = False
+    commits_head: bool = False
+    """True when the job chosen as its queue's head stays first until it starts, even if a job with
+    a lower key arrives meanwhile (the scheduler remembers it between cycles; RLScheduler's loop)."""
     follows_submission_order: bool = False
     splits_queues: bool = False
     """True for a plugin whose ``lane`` splits queues (multi-queue)."""
@@ -180,6 +183,11 @@ class ReservePlugin(Plugin):
 
     max_starving_per_cycle: int = 0
     """Most starving jobs the ``backfill`` action visits first in a cycle."""
+    ends_before_reservations: bool = False
+    """Start a job now only if its expected run ends strictly before every reservation begins
+    (no use of GPUs a reservation leaves spare); False: EASY's shadow rule."""
+    backfill_by_submission: bool = False
+    """Once a reservation is made, visit the rest of the queue in submission order, not queue order."""
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
         """Whether ``pending`` gets a reservation, ``held`` having been made in its queue lane this cycle."""

@@ -11,6 +11,7 @@ own run.
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import heapq
 import itertools
@@ -109,17 +110,71 @@ def _flat(
 
 
 class ReleasePlan:
-    """Every expected release flattened into arrays, in time order, once per cycle."""
+    """Every expected release flattened into arrays, in time order, once per cycle.
+
+    ``gpu`` rows are (node, GPU index, milli-GPU) and ``node`` rows are
+    (node, milli-CPU, MiB); the first ``k`` releases own the first
+    ``gpu_upto[k]`` and ``node_upto[k]`` rows.
+    """
 
     def __init__(self, ends: Sequence[Release], cache: FlatCache) -> None:
-        self.ends = ends
-        self.times = [e.end_s for e in ends]
         flats = [_flat(e.placements, cache) for e in ends]
         empty = np.zeros((0, 3), dtype=np.int64)
+        self.ends: Sequence[Release] = ends
+        self.times = [e.end_s for e in ends]
         self.gpu = np.concatenate([g for g, _ in flats]) if flats else empty
         self.node = np.concatenate([n for _, n in flats]) if flats else empty
-        self.gpu_upto = np.concatenate([[0], np.cumsum([len(g) for g, _ in flats])]).astype(int)
-        self.node_upto = np.concatenate([[0], np.cumsum([len(n) for _, n in flats])]).astype(int)
+        self.gpu_upto = _upto([len(g) for g, _ in flats])
+        self.node_upto = _upto([len(n) for _, n in flats])
+
+    def plus(self, extra: Sequence[Release]) -> ReleasePlan:
+        """This plan with ``extra`` releases merged in, in time order (ties: this plan's first).
+
+        The extra releases (jobs started in this cycle) are flattened in one
+        step rather than one array per job, and the merge is a reordering of
+        row blocks: far cheaper than rebuilding the plan from every job.
+        """
+        if not extra:
+            return self
+        gpu = np.array(
+            [(p.node, g, p.gpu_milli) for e in extra for p in e.placements for g in p.gpu_indices],
+            dtype=np.int64,
+        ).reshape(-1, 3)
+        node = np.array(
+            [(p.node, p.cpu_milli, p.memory_mib) for e in extra for p in e.placements], dtype=np.int64
+        ).reshape(-1, 3)
+        gpu_counts = [sum(len(p.gpu_indices) for p in e.placements) for e in extra]
+        order = np.argsort(np.array(self.times + [e.end_s for e in extra]), kind="stable")
+        merged = copy.copy(self)
+        everyone = [*self.ends, *extra]
+        merged.ends = [everyone[i] for i in order]
+        merged.times = [e.end_s for e in merged.ends]
+        merged.gpu, merged.gpu_upto = _merge_blocks(self.gpu, self.gpu_upto, gpu, _upto(gpu_counts), order)
+        counts = [len(e.placements) for e in extra]
+        merged.node, merged.node_upto = _merge_blocks(self.node, self.node_upto, node, _upto(counts), order)
+        return merged
+
+
+def _upto(counts: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Prefix sums with a leading 0: where each block of rows starts, and the total at the end."""
+    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+
+def _merge_blocks(
+    rows_a: npt.NDArray[np.int64],
+    upto_a: npt.NDArray[np.int64],
+    rows_b: npt.NDArray[np.int64],
+    upto_b: npt.NDArray[np.int64],
+    order: npt.NDArray[np.intp],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Blocks of rows of a then b (block i of a is rows upto_a[i]:upto_a[i+1]), reordered by ``order``."""
+    rows = np.concatenate([rows_a, rows_b])
+    starts = np.concatenate([upto_a[:-1], upto_a[-1] + upto_b[:-1]])
+    counts = np.concatenate([np.diff(upto_a), np.diff(upto_b)])[order]
+    upto = _upto(counts)
+    block_of_row = np.repeat(np.arange(len(order)), counts)
+    index = starts[order][block_of_row] + (np.arange(upto[-1]) - upto[:-1][block_of_row])
+    return rows[index], upto
 
 
 class Future:

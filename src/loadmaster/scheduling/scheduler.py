@@ -30,15 +30,22 @@ class Scheduler:
     It reads no clock, does no I/O and draws randomness only from the ``rng``
     it is handed. The only state it keeps between cycles are caches of pure
     functions of the node table: which job shapes can ever fit it, and which
-    nodes match a job's pool, type and selector.
+    nodes match a job's pool, type and selector; and, when an order plugin
+    ``commits_head``, the head job each queue lane committed to in the last
+    cycle (the first job of the lane left waiting), which then goes first
+    until it starts.
     """
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
         self._feasible: dict[Hashable, Status] = {}
         self._static_masks: dict[Hashable, BoolArray] = {}
-        self._shapes: dict[int, tuple[Job, Hashable]] = {}
+        self._shapes: dict[int, tuple[Job, int]] = {}
+        self._shape_ids: dict[Hashable, int] = {}
         self._flat: dict[int, Any] = {}
+        self._commits = any(p.commits_head for p in profile.order)
+        self._heads: dict[str, str] = {}
+        """Lane -> id of the head job committed to in the last cycle (only when ``_commits``)."""
 
     def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         """Decide what to bind now, and say why every other pending job waits."""
@@ -46,8 +53,12 @@ class Scheduler:
             return CycleResult(decisions=())
         session = self._session(snapshot, now, rng, snapshot.pending, snapshot.queues())
         session.queue = self._ordered(snapshot.pending, session.ctx)
+        if self._commits:
+            session.queue = self._heads_first(session.queue)
         for action in self.profile.actions:
             _ACTIONS[action](session)
+        if self._commits:
+            self._heads = _first_waiting(session)
         return CycleResult(tuple(session.decisions), session.statuses, session.blocked)
 
     def _session(
@@ -66,6 +77,7 @@ class Scheduler:
             queues_pending=queues,
             static_masks=self._static_masks,
             shapes=self._shapes,
+            shape_ids=self._shape_ids,
             flat_placements=self._flat,
         )
 
@@ -81,6 +93,13 @@ class Scheduler:
             return (*parts, item.job.submit_s, item.job.id)
 
         return sorted(pending, key=key)
+
+    def _heads_first(self, queue: Collection[PendingJob]) -> Collection[PendingJob]:
+        """``queue`` with the heads committed to in the last cycle moved to the front."""
+        heads = set(self._heads.values())
+        if not heads:
+            return queue
+        return [p for p in queue if p.job.id in heads] + [p for p in queue if p.job.id not in heads]
 
     def feasible(self, job: Job, nodes: NodeTable) -> Status:
         """Whether ``job`` could ever start on ``nodes`` if the whole cluster were free.
@@ -119,3 +138,12 @@ class Scheduler:
             f"empty cluster ({reason})",
             "fit",
         )
+
+
+def _first_waiting(session: Session) -> dict[str, str]:
+    """Each lane's first job in the cycle's order that is still waiting: the head it commits to."""
+    heads: dict[str, str] = {}
+    for pending in session.queue:
+        if pending.job.id not in session.bound:
+            heads.setdefault(session.lane(pending.job), pending.job.id)
+    return heads

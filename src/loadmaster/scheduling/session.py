@@ -33,8 +33,10 @@ class Session:
     blocked: dict[str, Status] = field(default_factory=dict)
     failed_shapes: dict[Hashable, Status] = field(default_factory=dict)
     static_masks: dict[Hashable, BoolArray] = field(default_factory=dict)
-    shapes: dict[int, tuple[Job, Hashable]] = field(default_factory=dict)
-    """Each job's shape, by object id (kept across cycles by the scheduler)."""
+    shapes: dict[int, tuple[Job, int]] = field(default_factory=dict)
+    """Each job's shape number, by object id (kept across cycles by the scheduler)."""
+    shape_ids: dict[Hashable, int] = field(default_factory=dict)
+    """Shape number of each distinct shape (kept across cycles by the scheduler)."""
     flat_placements: dict[int, Any] = field(default_factory=dict)
     """Running jobs' placements flattened to arrays (reservation.FlatCache), kept across cycles."""
     allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)
@@ -50,16 +52,22 @@ class Session:
     strict: bool = field(init=False, default=False)
     """True when a job that cannot start blocks its queue."""
     _split: bool = field(init=False, default=False)
+    _lanes: dict[str, str] = field(init=False, default_factory=dict)
+    """Each pending job's lane, computed once per cycle: the walks ask for it at every visit."""
 
     def __post_init__(self) -> None:
         self.strict = any(p.strict for p in self.profile.order)
         self._split = any(p.splits_queues for p in self.profile.order)
         if self._split:
-            self.queues_pending = frozenset(self.lane(p.job) for p in self.queue)
+            self._lanes = {p.job.id: self.profile.lane(p.job) for p in self.queue}
+            self.queues_pending = frozenset(self._lanes.values())
 
     def lane(self, job: Job) -> str:
         """The queue ``job`` competes in (see :meth:`Profile.lane`)."""
-        return self.profile.lane(job) if self._split else job.queue
+        if not self._split:
+            return job.queue
+        lane = self._lanes.get(job.id)
+        return lane if lane is not None else self.profile.lane(job)
 
     def all_blocked(self) -> bool:
         """True once every queue with pending jobs is blocked: the rest of the cycle is moot."""

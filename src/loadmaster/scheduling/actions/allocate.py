@@ -121,11 +121,13 @@ def _permit(session: Session, pending: PendingJob, placed: int) -> Status:
     return SUCCESS
 
 
-def shape_of(session: Session, job: Job) -> Hashable:
-    """What decides whether a job fits: equal shapes fit or fail together within a cycle.
+def shape_of(session: Session, job: Job) -> int:
+    """What decides whether a job fits, as a small int: equal shapes fit or fail together within a cycle.
 
     Cached by job object across cycles (a job never changes; the filters'
-    memo keys are functions of the job alone).
+    memo keys are functions of the job alone). Shapes are interned to ints
+    because the walks look them up at every visit, and hashing the full
+    tuple (with its dataclasses) each time costs more than the lookup.
     """
     cached = session.shapes.get(id(job))
     if cached is not None and cached[0] is job:
@@ -133,8 +135,9 @@ def shape_of(session: Session, job: Job) -> Hashable:
     extra = tuple(p.memo_key(job) for p in session.profile.filters)
     selector = tuple(sorted(job.node_selector.items()))
     shape = (job.pool, job.resource_type, selector, job.request, job.tasks, job.min_available, extra)
-    session.shapes[id(job)] = (job, shape)
-    return shape
+    number = session.shape_ids.setdefault(shape, len(session.shape_ids))
+    session.shapes[id(job)] = (job, number)
+    return number
 
 
 def allowed_nodes(session: Session, job: Job) -> BoolArray | Status:

@@ -13,7 +13,8 @@ says when it is expected to start.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import bisect
+from collections.abc import Collection, Hashable, Iterator, Sequence
 
 from loadmaster.model import PendingJob, RunningJob, TaskPlacement
 from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, shape_of, try_place
@@ -46,6 +47,8 @@ class _Shadows:
         self.session = session
         self.reservations = reservations
         self._cache: dict[Hashable, WorkingState] = {}
+        self._starts: list[float] = []
+        self._by_start: list[int] = []
         session.bind_listeners.append(self.on_bind)
 
     def on_bind(self, placements: Sequence[TaskPlacement]) -> None:
@@ -53,15 +56,24 @@ class _Shadows:
             for placement in placements:
                 state.take_clamped(placement)
 
-    def view(self, start_s: float, end_s: float) -> tuple[Hashable, WorkingState]:
-        if not self.reservations:
+    def view(self, end_s: float) -> tuple[Hashable, WorkingState]:
+        """The state less the reservations overlapping a run from now to ``end_s``, and its memo key.
+
+        Every reservation starts at or after now and ends after it, so the
+        ones a run from now overlaps are those starting before ``end_s``: a
+        prefix of the reservations in start order, found by bisection.
+        """
+        if len(self._by_start) != len(self.reservations):
+            order = sorted(range(len(self.reservations)), key=lambda i: self.reservations[i].start_s)
+            self._by_start = order
+            self._starts = [self.reservations[i].start_s for i in order]
+        count = bisect.bisect_left(self._starts, end_s)
+        if not count:
             return "now", self.session.ctx.state
-        overlapping = tuple(i for i, r in enumerate(self.reservations) if r.overlaps(start_s, end_s))
-        if not overlapping:
-            return "now", self.session.ctx.state
+        overlapping = tuple(sorted(self._by_start[:count]))
         cached = self._cache.get(overlapping)
         if cached is None:
-            cached = without(self.session.ctx.state, self.reservations, start_s, end_s)
+            cached = without(self.session.ctx.state, self.reservations, self.session.ctx.now, end_s)
             if cached is self.session.ctx.state:
                 cached = cached.copy()
             self._cache[overlapping] = cached
@@ -72,30 +84,33 @@ class _Shadows:
 class _Futures:
     """The cycle's Future: releases of running jobs and of jobs started in this cycle.
 
-    The release plan is rebuilt only when a reservation is needed after more
-    jobs have started (they hold GPUs in the cycle's state, so they must also
-    give them back in the future).
+    The running jobs' plan is built once per cycle; when a reservation is
+    needed after more jobs have started (they hold GPUs in the cycle's state,
+    so they must also give them back in the future), their releases are
+    merged into it.
     """
 
     def __init__(self, session: Session, plugin: ReservePlugin) -> None:
         self.session = session
         self.plugin = plugin
-        ctx = session.ctx
-        self.running = list(ctx.snapshot.running)
         self.jobs = {p.job.id: p.job for p in session.queue}
         self._plan: ReleasePlan | None = None
-        self._binds = -1
+        self._seen = 0
+        """Decisions already merged into the plan."""
 
     def current(self) -> Future:
-        binds = [d for d in self.session.decisions if isinstance(d, Bind) and d.starts]
-        if self._plan is None or len(binds) != self._binds:
-            ctx = self.session.ctx
+        ctx, decisions = self.session.ctx, self.session.decisions
+        if self._plan is None:
+            running = list(ctx.snapshot.running)
+            estimates = {r.job.id: self.plugin.estimate_s(r.job, ctx) for r in running}
+            self._plan = ReleasePlan(releases(running, ctx.now, estimates), self.session.flat_placements)
+        if self._seen < len(decisions):
+            binds = [d for d in decisions[self._seen :] if isinstance(d, Bind) and d.starts]
             started = [RunningJob(self.jobs[b.job_id], b.placements, ctx.now) for b in binds]
-            everyone = self.running + started
-            estimates = {r.job.id: self.plugin.estimate_s(r.job, ctx) for r in everyone}
-            self._plan = ReleasePlan(releases(everyone, ctx.now, estimates), self.session.flat_placements)
-            self._binds = len(binds)
-        return Future(self.session.ctx.state, self._plan)
+            estimates = {r.job.id: self.plugin.estimate_s(r.job, ctx) for r in started}
+            self._plan = self._plan.plus(releases(started, ctx.now, estimates))
+            self._seen = len(decisions)
+        return Future(ctx.state, self._plan)
 
 
 class _Walk:
@@ -128,12 +143,12 @@ class _Walk:
             session.statuses[job.id] = known  # it fails on the whole cluster, so on any shadow of it
             return
         run_s = self.plugin.estimate_s(job, ctx)
-        key, view = self.shadows.view(ctx.now, ctx.now + run_s)
-        status = try_place(session, pending, self.scoring, view, key)
+        key, view = self.shadows.view(ctx.now + run_s)
+        status = self._too_late(ctx.now + run_s) or try_place(session, pending, self.scoring, view, key)
         if status.ok:
             session.statuses.pop(job.id, None)
             return
-        if key != "now":
+        if key != "now" and not self.plugin.ends_before_reservations:
             status = Status(
                 status.code, f"{status.reason} (GPUs held for reservations are not counted)", status.plugin
             )
@@ -152,6 +167,28 @@ class _Walk:
                 self.starving_held += starving
         session.statuses[job.id] = status
 
+    def _too_late(self, end_s: float) -> Status | None:
+        """With ``ends_before_reservations``: why a run ending at ``end_s`` may not start now (else None)."""
+        if not self.plugin.ends_before_reservations or not self.reservations:
+            return None
+        first = min(r.start_s for r in self.reservations)
+        if end_s < first:
+            return None
+        return wait(
+            f"it would still run at t={first:.0f}s, when a reservation begins "
+            "(only jobs that end before it may start now)",
+            "backfill",
+        )
+
+    def order(self, queue: Collection[PendingJob]) -> Iterator[PendingJob]:
+        """``queue`` in order; with ``backfill_by_submission``, by submission once a job has reserved."""
+        items = list(queue)
+        for i, pending in enumerate(items):
+            if self.reservations and self.plugin.backfill_by_submission:
+                yield from sorted(items[i:], key=lambda p: (p.job.submit_s, p.job.id))
+                return
+            yield pending
+
 
 def run(session: Session) -> None:
     """Reserve and backfill over the whole queue; see the module docstring.
@@ -166,7 +203,7 @@ def run(session: Session) -> None:
     )
     for pending in starving[: walk.plugin.max_starving_per_cycle]:
         walk.visit(pending, starving=True)
-    for pending in session.queue:
+    for pending in walk.order(session.queue):
         if pending.job.id not in session.bound and pending.job.id not in walk.done:
             walk.visit(pending, starving=False)
     session.blocked.clear()  # every job now carries its own status from this walk

@@ -39,6 +39,12 @@ class BackfillArgs:
     max_starving: int = 8
     """Most starving jobs visited first per cycle, oldest first (bounds the cycle's cost, as Slurm's
     bf_max_job_test does); the others are visited in queue order."""
+    end_before_reservation: bool = False
+    """Start a job now only if its estimated run ends strictly before every reservation begins,
+    never on GPUs a reservation leaves spare (RLScheduler's rule); False: EASY's shadow rule."""
+    submission_order: bool = False
+    """Once a job has reserved, try the rest of the queue in submission order rather than queue
+    order (RLScheduler backfills first come, first served whatever the queue's policy)."""
 
     def __post_init__(self) -> None:
         if self.depth < 1:
@@ -59,6 +65,8 @@ class Backfill(ReservePlugin):
         super().__init__(args)
         self.settings: BackfillArgs = args or BackfillArgs()
         self.max_starving_per_cycle = self.settings.max_starving
+        self.ends_before_reservations = self.settings.end_before_reservation
+        self.backfill_by_submission = self.settings.submission_order
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
         return held < (1 if self.settings.mode == "easy" else self.settings.depth)

@@ -18,6 +18,9 @@ from loadmaster.scheduling.framework import CycleContext, OrderPlugin
 class FifoArgs:
     strict: bool = True
     """Block the queue behind a head job that cannot start (False: later jobs may pass it)."""
+    commit: bool = False
+    """Keep the job chosen as head first until it starts, even if a job with a lower key arrives
+    meanwhile (the RLScheduler loop commits to the job it picked; False: re-sort every cycle)."""
 
 
 class Fifo(OrderPlugin):
@@ -29,7 +32,9 @@ class Fifo(OrderPlugin):
 
     def __init__(self, args: FifoArgs | None = None) -> None:
         super().__init__(args)
-        self.strict = (args or FifoArgs()).strict
+        settings = args or FifoArgs()
+        self.strict = settings.strict
+        self.commits_head = settings.commit
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         return (job.submit_s, job.id)

@@ -29,12 +29,18 @@ _REFERENCE_EPSILON = 1e-15
 class F1Args:
     strict: bool = False
     """Block the queue behind a head job that cannot start (the reference protocol without backfilling)."""
+    commit: bool = False
+    """Keep the job chosen as head first until it starts, even if a job with a lower key arrives
+    meanwhile (the RLScheduler loop commits to the job it picked; False: re-sort every cycle)."""
 
 
 @dataclass(frozen=True, slots=True)
 class QuirkArgs:
     strict: bool = False
     """Block the queue behind a head job that cannot start (the reference protocol without backfilling)."""
+    commit: bool = False
+    """Keep the job chosen as head first until it starts, even if a job with a lower key arrives
+    meanwhile (the RLScheduler loop commits to the job it picked; False: re-sort every cycle)."""
     reference_quirk: bool = False
     """Use the reference code's wait ``-1 - submit_s`` (the published table) instead of ``now - submit_s``."""
 
@@ -82,7 +88,9 @@ class F1(OrderPlugin):
 
     def __init__(self, args: F1Args | None = None) -> None:
         super().__init__(args)
-        self.strict = (args or F1Args()).strict
+        settings = args or F1Args()
+        self.strict = settings.strict
+        self.commits_head = settings.commit
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         return (f1_score(job), job.submit_s, job.id)
@@ -97,6 +105,7 @@ class _QuirkOrder(OrderPlugin):
         super().__init__(args)
         settings = args or QuirkArgs()
         self.strict = settings.strict
+        self.commits_head = settings.commit
         self.reference_quirk = settings.reference_quirk
 
 

@@ -18,6 +18,9 @@ from loadmaster.scheduling.framework import CycleContext, OrderPlugin
 class SjfArgs:
     strict: bool = False
     """Block the queue behind a head job that cannot start (the reference protocol without backfilling)."""
+    commit: bool = False
+    """Keep the job chosen as head first until it starts, even if a job with a lower key arrives
+    meanwhile (the RLScheduler loop commits to the job it picked; False: re-sort every cycle)."""
 
 
 class ShortestJobFirst(OrderPlugin):
@@ -28,7 +31,9 @@ class ShortestJobFirst(OrderPlugin):
 
     def __init__(self, args: SjfArgs | None = None) -> None:
         super().__init__(args)
-        self.strict = (args or SjfArgs()).strict
+        settings = args or SjfArgs()
+        self.strict = settings.strict
+        self.commits_head = settings.commit
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         return (job.time_limit_s, job.submit_s, job.id)

@@ -1,0 +1,50 @@
+"""A release plan merged with the releases of jobs started in the cycle equals one built from all of them."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadmaster.model import TaskPlacement
+from loadmaster.scheduling.reservation import Release, ReleasePlan
+
+_placement = st.builds(
+    TaskPlacement,
+    node=st.integers(0, 5),
+    gpu_indices=st.lists(st.integers(0, 7), min_size=0, max_size=4, unique=True).map(tuple),
+    gpu_milli=st.sampled_from([250, 1000]),
+    cpu_milli=st.integers(0, 4000),
+    memory_mib=st.integers(0, 9000),
+)
+_release = st.builds(
+    Release,
+    end_s=st.sampled_from([10.0, 20.0, 30.0, 45.0]),
+    placements=st.lists(_placement, min_size=1, max_size=3).map(tuple),
+)
+
+
+def _rows_by_release(plan: ReleasePlan) -> list[tuple[float, list[list[int]], list[list[int]]]]:
+    return [
+        (
+            plan.times[k],
+            plan.gpu[plan.gpu_upto[k] : plan.gpu_upto[k + 1]].tolist(),
+            plan.node[plan.node_upto[k] : plan.node_upto[k + 1]].tolist(),
+        )
+        for k in range(len(plan.times))
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(base=st.lists(_release, max_size=6), extra=st.lists(_release, max_size=6))
+def test_merged_plan_equals_plan_built_from_every_release(base: list[Release], extra: list[Release]) -> None:
+    base.sort(key=lambda r: r.end_s)
+    extra.sort(key=lambda r: r.end_s)
+    merged = ReleasePlan(base, {}).plus(extra)
+    everyone = sorted([*base, *extra], key=lambda r: r.end_s)  # stable: base first on ties
+    whole = ReleasePlan(everyone, {})
+    assert merged.times == whole.times
+    assert [e is w for e, w in zip(merged.ends, whole.ends, strict=True)] == [True] * len(whole.ends)
+    assert _rows_by_release(merged) == _rows_by_release(whole)
+    assert np.array_equal(merged.gpu_upto, whole.gpu_upto)
+    assert np.array_equal(merged.node_upto, whole.node_upto)
