@@ -62,9 +62,15 @@ def context(cluster: Cluster, workload: Workload, seed: int) -> dict[str, str]:
         gpus = cluster.nodes.pool_gpus(pool)
         load = f"offered load {offered_load(jobs, gpus):.2f}" if len(jobs) > 1 else "no jobs"
         parts.append(f"{pool}: {gpus} GPUs, {len(jobs)} jobs, {load}")
+    anywhere = [t for t in workload.jobs if t.job.pool is None]
+    if len(anywhere) > 1:
+        total = cluster.nodes.total_gpus
+        parts.append(
+            f"any pool: {total} GPUs, {len(anywhere)} jobs, offered load {offered_load(anywhere, total):.2f}"
+        )
     return {
         "cluster": f"{cluster.name} ({len(cluster.nodes)} nodes, {cluster.nodes.total_gpus} GPUs)",
-        "workload": f"{workload.name}: {len(workload.jobs)} jobs, load {workload.spec.load}, "
+        "workload": f"{workload.name}: {len(workload.jobs)} jobs, load {workload.load_text}, "
         f"workload seed {workload.spec.seed}",
         "pools": "; ".join(parts),
         "scheduler seed": str(seed),

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from loadmaster import __version__
 from loadmaster.cli import trace as trace_commands
+from loadmaster.cli import workload as workload_commands
 from loadmaster.cli.output import console
 from loadmaster.config import (
     BUILTIN_CLUSTERS,
@@ -21,6 +22,7 @@ from loadmaster.config import (
     Workload,
     load_cluster,
     load_profiles,
+    load_trace_workload,
     load_workload,
     select_profiles,
 )
@@ -33,6 +35,7 @@ app = typer.Typer(
 )
 
 app.add_typer(trace_commands.app, name="trace")
+app.add_typer(workload_commands.app, name="workload")
 
 DEFAULT_PROFILES = "kube-default,fifo,sds,nsml,slurm,fair"
 
@@ -45,6 +48,10 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
     workload: Annotated[
         str, typer.Option(help=f"Workload spec file, or built-in: {', '.join(BUILTIN_WORKLOADS)}")
     ] = "lab",
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Replay this trace file instead of --workload (defaults of a kind: trace spec)"),
+    ] = None,
     profiles: Annotated[
         str, typer.Option(help="Comma-separated profile names to compare")
     ] = DEFAULT_PROFILES,
@@ -66,12 +73,17 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
     spec_cluster = load_cluster(cluster)
     available = load_profiles(profiles_file)
     chosen = select_profiles(available, [p.strip() for p in profiles.split(",") if p.strip()], "--profiles")
-    spec_workload = load_workload(workload, spec_cluster, jobs=jobs, load=load, seed=workload_seed)
+    if trace is not None:
+        spec_workload = load_trace_workload(trace, spec_cluster, jobs=jobs, load=load, seed=workload_seed)
+    else:
+        spec_workload = load_workload(workload, spec_cluster, jobs=jobs, load=load, seed=workload_seed)
     nodes = spec_cluster.nodes
     console.print(
         f"[bold]{spec_cluster.name}[/]: {len(nodes)} nodes, {nodes.total_gpus} GPUs; "
-        f"[bold]{spec_workload.name}[/]: {len(spec_workload.jobs)} jobs at load {spec_workload.spec.load}"
+        f"[bold]{spec_workload.name}[/]: {len(spec_workload.jobs)} jobs at load {spec_workload.load_text}"
     )
+    for line in spec_workload.replay.lines() if spec_workload.replay else ():
+        console.print(line, markup=False, highlight=False)
     wanted = frozenset(explain or ())
     unknown = sorted(wanted - {t.job.id for t in spec_workload.jobs})
     if unknown:

@@ -2,7 +2,7 @@
 
 from loadmaster.config.cluster import BUILTIN_CLUSTERS, Cluster, load_cluster
 from loadmaster.config.profiles import BUILTIN_PROFILES, load_profiles, select_profiles
-from loadmaster.config.workload import BUILTIN_WORKLOADS, Workload, load_workload
+from loadmaster.config.workload import BUILTIN_WORKLOADS, Workload, load_trace_workload, load_workload
 
 __all__ = [
     "BUILTIN_CLUSTERS",
@@ -12,6 +12,7 @@ __all__ = [
     "Workload",
     "load_cluster",
     "load_profiles",
+    "load_trace_workload",
     "load_workload",
     "select_profiles",
 ]

@@ -18,13 +18,24 @@ jobs instead; each pool then still runs at ``load``, but over its own span.
 
 Each pool's jobs go to a queue named after the pool, so a blocked head of
 the training queue never holds back notebooks in the interactive pool.
+
+``kind: trace`` replays a recorded trace instead (see docs/replay.md):
+
+```yaml
+kind: trace
+path: traces/lublin_256.swf   # relative to this file
+format: swf                   # default: from the file name
+load: 0.8                     # optional target offered load on the cluster
+scale: rate                   # or sample: more jobs on a bigger cluster
+```
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,6 +44,8 @@ from loadmaster.config.cluster import Cluster
 from loadmaster.config.yamlfile import YamlDocument, find_document, validate
 from loadmaster.errors import ConfigError, ModelError
 from loadmaster.model import TraceJob
+from loadmaster.traces import TraceError, read_trace
+from loadmaster.traces.replay import ReplayError, ReplayOptions, ReplayReport, replay
 from loadmaster.workload import LabWorkloadParams, PoolTarget, sample_lab_workload
 
 
@@ -59,14 +72,44 @@ class WorkloadSpec(_Strict):
     params: dict[str, object] = Field(default_factory=dict)
 
 
+class TraceWorkloadSpec(_Strict):
+    """A recorded trace replayed on the cluster; each field is the :class:`ReplayOptions` field
+    of the same name (``jobs`` is ``max_jobs``), so the defaults and their reasons are documented there."""
+
+    kind: Literal["trace"]
+    description: str = ""
+    path: str = Field(min_length=1)
+    """The trace file, relative to the spec file."""
+    format: str | None = None
+    on_error: Literal["stop", "skip"] = "stop"
+    jobs: int | None = Field(default=None, ge=1)
+    load: float | None = Field(default=None, gt=0, le=10)
+    scale: Literal["rate", "sample"] = "rate"
+    trace_gpus: int | None = Field(default=None, ge=1)
+    seed: int = 0
+    time_limit_factor: float = Field(default=1.0, gt=0)
+    ignore_time_limits: bool = False
+    queues: Literal["one", "trace"] = "one"
+    requests: Literal["gpu", "trace"] = "gpu"
+    too_big: Literal["drop", "stop"] = "drop"
+
+
 @dataclass(frozen=True)
 class Workload:
-    """Generated jobs with the spec that made them."""
+    """Generated or replayed jobs with the spec that made them (and, for a trace, what replay did)."""
 
     name: str
     source: str
-    spec: WorkloadSpec
+    spec: WorkloadSpec | TraceWorkloadSpec
     jobs: list[TraceJob]
+    replay: ReplayReport | None = None
+
+    @property
+    def load_text(self) -> str:
+        """The load the jobs were made for, as a report states it."""
+        if self.replay is not None and self.replay.offered_load is not None:
+            return f"{self.replay.offered_load:.2f} (replayed)"
+        return f"{self.spec.load}"
 
 
 BUILTIN_WORKLOADS = ("lab", "large")
@@ -86,6 +129,12 @@ def load_workload(
     ``jobs``, ``load`` and ``seed`` override the file's values when given.
     """
     doc = find_document("workloads", name_or_path, BUILTIN_WORKLOADS)
+    kind = doc.data.get("kind", "lab") if isinstance(doc.data, dict) else "lab"
+    if kind == "trace":
+        spec_trace = validate(TraceWorkloadSpec, doc)
+        return _replayed(doc, spec_trace, cluster, name=doc.source, jobs=jobs, load=load, seed=seed)
+    if kind != "lab":
+        raise doc.error(["kind"], f"Input should be 'lab' or 'trace' (got {kind!r})")
     spec = validate(WorkloadSpec, doc)
     overrides = {"jobs": jobs, "load": load, "seed": seed}
     spec = spec.model_copy(update={k: v for k, v in overrides.items() if v is not None})
@@ -151,3 +200,60 @@ def _params(doc: YamlDocument, spec: WorkloadSpec) -> LabWorkloadParams:
         return LabWorkloadParams(**spec.params)  # type: ignore[arg-type]
     except (ModelError, TypeError) as exc:
         raise doc.error(["params"], str(exc)) from None
+
+
+def load_trace_workload(
+    path: Path,
+    cluster: Cluster,
+    *,
+    jobs: int | None = None,
+    load: float | None = None,
+    seed: int | None = None,
+) -> Workload:
+    """Replay the trace at ``path`` on ``cluster`` with the defaults of ``kind: trace``."""
+    doc = YamlDocument(source="--trace", data={"kind": "trace", "path": str(path)}, root=None)
+    spec = TraceWorkloadSpec(kind="trace", path=str(path.resolve()))
+    return _replayed(doc, spec, cluster, name=str(path), jobs=jobs, load=load, seed=seed)
+
+
+def _replayed(
+    doc: YamlDocument,
+    spec: TraceWorkloadSpec,
+    cluster: Cluster,
+    *,
+    name: str,
+    jobs: int | None,
+    load: float | None,
+    seed: int | None,
+) -> Workload:
+    """Read the spec's trace and replay it on ``cluster``; errors name the spec file and the field."""
+    overrides: dict[str, Any] = {"jobs": jobs, "load": load, "seed": seed}
+    spec = spec.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    trace_path = Path(spec.path)
+    if not trace_path.is_absolute():
+        trace_path = Path(doc.source).parent / trace_path
+    try:
+        trace = read_trace(trace_path, spec.format, spec.on_error)
+        options = ReplayOptions(
+            load=spec.load,
+            scale=spec.scale,
+            trace_gpus=spec.trace_gpus,
+            max_jobs=spec.jobs,
+            time_limit_factor=spec.time_limit_factor,
+            ignore_time_limits=spec.ignore_time_limits,
+            queues=spec.queues,
+            requests=spec.requests,
+            too_big=spec.too_big,
+            seed=spec.seed,
+        )
+        replayed = replay(trace, cluster.nodes, options)
+    except TraceError as exc:
+        raise doc.error(["format" if exc.field == "format" else "path"], str(exc)) from None
+    except ReplayError as exc:
+        raise doc.error(["jobs" if exc.field == "max_jobs" else exc.field], exc.detail) from None
+    if not replayed.jobs:
+        reasons = "; ".join(replayed.report.lines()[1:]) or "the trace is empty"
+        raise doc.error(
+            ["path"], f"no job of {trace_path} can be replayed on cluster {cluster.name}: {reasons}"
+        )
+    return Workload(name, doc.source, spec, replayed.jobs, replayed.report)

@@ -4,14 +4,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loadmaster.traces.generic import read_csv
+from loadmaster.traces.helios import read_helios
+from loadmaster.traces.openb import read_openb
+from loadmaster.traces.pai import read_pai
+from loadmaster.traces.philly import read_philly
 from loadmaster.traces.rows import OnError, TraceError
+from loadmaster.traces.sacct import read_sacct
 from loadmaster.traces.source import Progress
 from loadmaster.traces.swf import read_swf
+from loadmaster.traces.tiresias import read_tiresias
 from loadmaster.traces.trace import Format, Trace, read_lines, read_parquet
 
 FORMATS: dict[str, Format] = {
     f.name: f
-    for f in (Format("swf", "Standard Workload Format (Parallel Workloads Archive)", (".swf",), read_swf),)
+    for f in (
+        Format("swf", "Standard Workload Format (Parallel Workloads Archive)", (".swf",), read_swf),
+        Format("sacct", "Slurm accounting, sacct --parsable2 with a header", (".sacct",), read_sacct),
+        Format("csv", "generic CSV with canonical column names", (".csv",), read_csv),
+        Format("openb", "Alibaba GPU-sharing pod list (cluster-trace-gpu-v2023)", (), read_openb),
+        Format("pai", "Alibaba PAI task table (cluster-trace-gpu-v2020)", (), read_pai),
+        Format("philly", "Microsoft Philly cluster_job_log (JSON)", (), read_philly),
+        Format("helios", "SenseTime Helios cluster_log.csv", (), read_helios),
+        Format("tiresias", "Tiresias job trace CSV (job_id,num_gpu,submit_time,...)", (), read_tiresias),
+    )
 }
 """Every line-based format by name; ``canonical`` (Parquet in the canonical schema) is read apart."""
 

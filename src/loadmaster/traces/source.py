@@ -28,9 +28,12 @@ class Lines:
     the last physical line read, which is what an error should name.
     """
 
-    def __init__(self, handle: TextIO, progress: Progress | None = None) -> None:
+    def __init__(self, handle: TextIO, progress: Progress | None = None, path: Path | None = None) -> None:
         self._handle = handle
         self._progress = progress
+        self.path = path
+        """The file read, when known: errors name it, and a reader may look for companion files beside it."""
+        self.source = str(path) if path is not None else "<input>"
         self.line = 0
         self.chars = 0
 

@@ -66,7 +66,7 @@ def read_lines(
     meta: dict[str, str] = {"format": fmt.name, "source": path.name}
     try:
         with open_text(path) as handle:
-            lines = Lines(handle, progress)
+            lines = Lines(handle, progress, path)
             table = pa.Table.from_batches(list(batches(fmt.read(lines, meta), report, on_error)), SCHEMA)
     except UnicodeDecodeError as exc:
         raise TraceError(str(path), None, "", f"is not UTF-8 text ({exc.reason})") from None
