@@ -290,6 +290,33 @@ def multifactor_key(
     return {j.job_id: -float(plugin.order_key(j.build(), ctx)[0]) for j in jobs}
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        MultifactorArgs(queue_weights={"interactive": 0.9}),
+        MultifactorArgs(favor_small=True, fairshare_level="both", max_age_s=3600.0),
+        MultifactorArgs(age_weight=3.3, size_weight=0.7, fairshare_level="group"),
+    ],
+)
+def test_multifactor_keys_of_a_whole_queue_equal_the_one_job_keys(args: MultifactorArgs) -> None:
+    rng = np.random.default_rng(3)
+    jobs = [
+        a_job(f"j{i}")
+        .user(f"u{i % 5}", group=f"g{i % 2}")
+        .tasks(int(rng.integers(1, 5)))
+        .gpus(int(rng.choice([1, 2, 8])))
+        .queue(str(rng.choice(["interactive", "training", "other"])))
+        .priority(str(rng.choice(["high", "normal", "low", "unknown-class"])))
+        .submitted(float(rng.uniform(0, 9 * DAY_S)))
+        for i in range(60)
+    ]
+    usage = {f"user/u{i}": float(i * 1234.5) for i in range(5)} | {"group/g0": 99.0}
+    plugin = Multifactor(args)
+    ctx = context(snapshot_of(a_cluster().nodes(2, gpus=8).build(), jobs, usage=usage), 8 * DAY_S)
+    built = [j.build() for j in jobs]
+    assert plugin.order_keys(built, ctx) == [plugin.order_key(j, ctx) for j in built]
+
+
 def test_multifactor_priority_matches_a_hand_computed_value() -> None:
     jobs = [
         a_job("x").user("u1").tasks(4).gpus(1).queue("interactive").priority("high").submitted(0),

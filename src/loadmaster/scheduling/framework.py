@@ -83,6 +83,11 @@ class OrderPlugin(Plugin):
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         raise NotImplementedError
 
+    def order_keys(self, jobs: Sequence[Job], ctx: CycleContext) -> list[tuple[float | str, ...]]:
+        """``order_key`` of each job, in order. A plugin may compute them together (vectorised)
+        where one key per call costs too much on a queue of thousands; the keys must be equal."""
+        return [self.order_key(job, ctx) for job in jobs]
+
     def lane(self, job: Job) -> str | None:
         """The queue a job competes in for blocking, when this plugin splits queues (else None)."""
         return None

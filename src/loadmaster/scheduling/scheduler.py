@@ -113,20 +113,23 @@ class Scheduler:
         if all(p.follows_submission_order for p in plugins):
             return pending  # already in submission order: sorting would change nothing
 
-        def key(item: PendingJob) -> tuple[object, ...]:
-            parts: list[object] = []
-            for plugin in plugins:
-                parts.extend(plugin.order_key(item.job, ctx))
-            return (*parts, item.job.submit_s, item.job.id)
-
-        return sorted(pending, key=key)
+        items = list(pending)
+        jobs = [p.job for p in items]
+        per_plugin = [plugin.order_keys(jobs, ctx) for plugin in plugins]
+        keys = [
+            (*(part for keys in parts for part in keys), job.submit_s, job.id)
+            for job, *parts in zip(jobs, *per_plugin, strict=True)
+        ]
+        order = sorted(range(len(items)), key=keys.__getitem__)
+        return [items[i] for i in order]
 
     def _heads_first(self, queue: Collection[PendingJob]) -> Collection[PendingJob]:
         """``queue`` with the heads committed to in the last cycle moved to the front."""
         heads = set(self._heads.values())
-        if not heads:
-            return queue
-        return [p for p in queue if p.job.id in heads] + [p for p in queue if p.job.id not in heads]
+        items = list(queue)
+        if all(p.job.id in heads for p in items[: len(heads)]):
+            return items  # no better job arrived: the heads are first already
+        return [p for p in items if p.job.id in heads] + [p for p in items if p.job.id not in heads]
 
     def feasible(self, job: Job, nodes: NodeTable) -> Status:
         """Whether ``job`` could ever start on ``nodes`` if the whole cluster were free.
@@ -170,7 +173,10 @@ class Scheduler:
 def _first_waiting(session: Session) -> dict[str, str]:
     """Each lane's first job in the cycle's order that is still waiting: the head it commits to."""
     heads: dict[str, str] = {}
+    lanes = len(session.queues_pending)
     for pending in session.queue:
         if pending.job.id not in session.bound:
             heads.setdefault(session.lane(pending.job), pending.job.id)
+            if len(heads) >= lanes:
+                break
     return heads
