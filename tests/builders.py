@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from loadmaster.model import (
     MILLI_PER_GPU,
@@ -42,6 +43,7 @@ from loadmaster.scheduling import (
     build_profile,
 )
 from loadmaster.scheduling.framework import AdmitPlugin, ReservePlugin, VictimPlugin
+from loadmaster.traces import SCHEMA, ReadReport, Trace
 
 DEFAULT_TYPE = "gpu"
 
@@ -338,3 +340,28 @@ def by_id(table: JobTable, column: str) -> dict[str, Any]:
     """One job-table column as job id -> value (floats as Python floats)."""
     values = getattr(table, column)
     return {str(j): v.item() if hasattr(v, "item") else v for j, v in zip(table.job_id, values, strict=True)}
+
+
+# Traces in the canonical job table.
+
+
+def a_trace_row(job_id: str, **fields: Any) -> dict[str, Any]:
+    """A canonical row: one 1-GPU task submitted at 0 by nobody, completed; ``fields`` override."""
+    base: dict[str, Any] = {
+        "job_id": job_id,
+        "user": "",
+        "group": "",
+        "submit_s": 0.0,
+        "tasks": 1,
+        "gpu_milli_per_task": 1000,
+        "status": "completed",
+    }
+    return base | fields
+
+
+def a_trace(rows: list[dict[str, Any]], **meta: str) -> Trace:
+    """A trace of ``rows`` in the canonical schema (absent nullable columns are null), read from memory."""
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    return Trace(
+        table, {"format": "test", "source": "mem.test"} | meta, ReadReport("mem.test", "test", len(rows))
+    )

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
+from builders import a_trace, a_trace_row
 from conftest import shared_data
 from loadmaster.cli import app
 from loadmaster.report.trace_plots import CHARTS, write_trace_plots
-from loadmaster.traces import SCHEMA, ReadReport, Trace, format_names
+from loadmaster.traces import Trace, format_names
 from loadmaster.traces.inspect import (
     arrivals_by_hour,
     arrivals_by_weekday,
@@ -27,35 +26,15 @@ from loadmaster.traces.inspect import (
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def row(job_id: str, **fields: Any) -> dict[str, Any]:
-    """A canonical row: one 1-GPU task submitted at 0 by nobody, completed; ``fields`` override."""
-    base: dict[str, Any] = {
-        "job_id": job_id,
-        "user": "",
-        "group": "",
-        "submit_s": 0.0,
-        "tasks": 1,
-        "gpu_milli_per_task": 1000,
-        "status": "completed",
-    }
-    return base | fields
-
-
-def make_trace(rows: list[dict[str, Any]], **meta: str) -> Trace:
-    """A trace of ``rows`` in the canonical schema; absent nullable columns are null."""
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    return Trace(
-        table, {"format": "test", "source": "mem.test"} | meta, ReadReport("mem.test", "test", len(rows))
-    )
-
-
-LAB = make_trace(
+LAB = a_trace(
     [
-        row("a", user="u1", group="g", submit_s=0.0, duration_s=3600.0, time_limit_s=7200.0, tasks=2),
-        row("b", user="u1", group="g", submit_s=100.0, duration_s=1800.0, time_limit_s=3600.0),
-        row("c", user="u2", group="h", submit_s=200.0, duration_s=360.0, gpu_milli_per_task=500),
-        row("d", user="u3", group="h", submit_s=86_400.0, duration_s=None, status="cancelled", tasks=8),
-        row(
+        a_trace_row("a", user="u1", group="g", submit_s=0.0, duration_s=3600.0, time_limit_s=7200.0, tasks=2),
+        a_trace_row("b", user="u1", group="g", submit_s=100.0, duration_s=1800.0, time_limit_s=3600.0),
+        a_trace_row("c", user="u2", group="h", submit_s=200.0, duration_s=360.0, gpu_milli_per_task=500),
+        a_trace_row(
+            "d", user="u3", group="h", submit_s=86_400.0, duration_s=None, status="cancelled", tasks=8
+        ),
+        a_trace_row(
             "e", user="u4", group="h", submit_s=90_000.0, duration_s=7200.0, tasks=4, gpu_milli_per_task=8000
         ),
     ]
@@ -109,7 +88,7 @@ def test_duration_percentiles_and_cdf() -> None:
 
 
 def test_absent_columns_give_none_not_zeros() -> None:
-    bare = make_trace([row("a", submit_s=0.0), row("b", submit_s=10.0)])
+    bare = a_trace([a_trace_row("a", submit_s=0.0), a_trace_row("b", submit_s=10.0)])
     summary = summarize_trace(bare)
     assert summary.users == 0
     assert summary.top_user_share is None
@@ -126,8 +105,10 @@ def test_absent_columns_give_none_not_zeros() -> None:
     [(0.1, 0.7), (0.25, 0.7), (0.5, 0.9), (1.0, 1.0)],
 )
 def test_top_user_share_takes_at_least_one_user(fraction: float, expected: float) -> None:
-    rows = [row(str(i), user=f"u{i}", duration_s=3600.0 * hours) for i, hours in enumerate((7, 2, 1, 0))]
-    assert top_user_share(make_trace(rows), fraction) == pytest.approx(expected)
+    rows = [
+        a_trace_row(str(i), user=f"u{i}", duration_s=3600.0 * hours) for i, hours in enumerate((7, 2, 1, 0))
+    ]
+    assert top_user_share(a_trace(rows), fraction) == pytest.approx(expected)
 
 
 def test_user_share_curve_runs_from_zero_to_one_heaviest_first() -> None:
@@ -151,14 +132,14 @@ def test_user_share_curve_runs_from_zero_to_one_heaviest_first() -> None:
 def test_arrival_bins_on_wall_and_relative_clocks(
     meta: dict[str, str], submit_s: float, hour: int, weekday: int
 ) -> None:
-    trace = make_trace([row("a", submit_s=submit_s)], **meta)
+    trace = a_trace([a_trace_row("a", submit_s=submit_s)], **meta)
     assert np.flatnonzero(arrivals_by_hour(trace)).tolist() == [hour]
     assert np.flatnonzero(arrivals_by_weekday(trace)).tolist() == [weekday]
     assert summarize_trace(trace).clock == ("relative clock" if not meta else "UTC")
 
 
 @pytest.mark.parametrize(
-    "trace", [LAB, make_trace([row("a")]), make_trace([])], ids=["full", "bare", "empty"]
+    "trace", [LAB, a_trace([a_trace_row("a")]), a_trace([])], ids=["full", "bare", "empty"]
 )
 def test_plots_are_written_whatever_the_trace_lacks(trace: Trace, tmp_path: Path) -> None:
     paths = write_trace_plots(trace, tmp_path / "plots")

@@ -7,16 +7,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
+from builders import a_trace, a_trace_row
 from conftest import shared_data
 from loadmaster.cli import app
 from loadmaster.config import load_cluster, load_workload
 from loadmaster.errors import ConfigError
 from loadmaster.model import Node, NodeTable, ResourceType
-from loadmaster.traces import SCHEMA, ReadReport, Trace, read_trace
+from loadmaster.traces import Trace, read_trace
 from loadmaster.traces.replay import ReplayError, ReplayOptions, replay, trace_capacity_gpus
 from loadmaster.workload import offered_load
 
@@ -33,30 +33,13 @@ def cluster(*gpus: int) -> NodeTable:
 
 
 def row(job_id: str, **fields: Any) -> dict[str, Any]:
-    """A canonical row: one 1-GPU task of 100 s submitted at 0 by nobody; ``fields`` override."""
-    base: dict[str, Any] = {
-        "job_id": job_id,
-        "user": "",
-        "group": "",
-        "submit_s": 0.0,
-        "duration_s": 100.0,
-        "tasks": 1,
-        "gpu_milli_per_task": 1000,
-        "status": "completed",
-    }
-    return base | fields
-
-
-def make_trace(rows: list[dict[str, Any]], **meta: str) -> Trace:
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    return Trace(
-        table, {"format": "test", "source": "mem.test"} | meta, ReadReport("mem.test", "test", len(rows))
-    )
+    """A canonical row of one 1-GPU task of 100 s submitted at 0 by nobody; ``fields`` override."""
+    return a_trace_row(job_id, **({"duration_s": 100.0} | fields))
 
 
 def steady(n: int, gap_s: float = 60.0, **fields: Any) -> Trace:
     """``n`` jobs ``gap_s`` apart, by four users."""
-    return make_trace([row(f"j{i}", submit_s=i * gap_s, user=f"u{i % 4}", **fields) for i in range(n)])
+    return a_trace([row(f"j{i}", submit_s=i * gap_s, user=f"u{i % 4}", **fields) for i in range(n)])
 
 
 SMALL = cluster(4, 4)
@@ -74,7 +57,7 @@ SMALL = cluster(4, 4)
     ],
 )
 def test_rows_that_cannot_replay_are_dropped_and_counted(fields: dict[str, Any], reason: str) -> None:
-    trace = make_trace([row("ok"), row("bad", submit_s=10.0, **fields), row("ok2", submit_s=20.0)])
+    trace = a_trace([row("ok"), row("bad", submit_s=10.0, **fields), row("ok2", submit_s=20.0)])
     done = replay(trace, SMALL)
     assert [t.job.id for t in done.jobs] == ["ok", "ok2"]
     assert dict(done.report.dropped) == {reason: 1}
@@ -87,7 +70,7 @@ def test_rows_that_cannot_replay_are_dropped_and_counted(fields: dict[str, Any],
     [{"gpu_milli_per_task": 8000}, {"tasks": 9}],
 )
 def test_too_big_stop_names_the_job(fields: dict[str, Any]) -> None:
-    trace = make_trace([row("ok"), row("huge", submit_s=5.0, **fields)])
+    trace = a_trace([row("ok"), row("huge", submit_s=5.0, **fields)])
     with pytest.raises(ReplayError) as caught:
         replay(trace, SMALL, ReplayOptions(too_big="stop"))
     assert caught.value.field == "too_big"
@@ -95,7 +78,7 @@ def test_too_big_stop_names_the_job(fields: dict[str, Any]) -> None:
 
 
 def test_fractional_and_multi_gpu_tasks_that_fit_are_kept() -> None:
-    trace = make_trace(
+    trace = a_trace(
         [row("half", gpu_milli_per_task=500), row("two", submit_s=1.0, tasks=2, gpu_milli_per_task=4000)]
     )
     jobs = replay(trace, SMALL).jobs
@@ -114,7 +97,7 @@ def test_fractional_and_multi_gpu_tasks_that_fit_are_kept() -> None:
     ],
 )
 def test_time_limit_policy(limit: float | None, options: ReplayOptions, expected: float) -> None:
-    job = replay(make_trace([row("a", time_limit_s=limit)]), SMALL, options).jobs[0]
+    job = replay(a_trace([row("a", time_limit_s=limit)]), SMALL, options).jobs[0]
     assert job.job.time_limit_s == expected
     assert job.duration_s == 100.0
 
@@ -134,29 +117,27 @@ def test_queue_and_request_mapping(options: ReplayOptions, queue: str, amounts: 
         "memory_mib_per_task": 1024,
         "gpu_memory_mib": 40960,
     }
-    job = replay(make_trace([row("a", user="ann", group="lab", **fields)]), SMALL, options).jobs[0].job
+    job = replay(a_trace([row("a", user="ann", group="lab", **fields)]), SMALL, options).jobs[0].job
     assert (job.user, job.group, job.queue, job.pool, job.resource_type) == ("ann", "lab", queue, None, None)
     r = job.request
     assert (r.gpu_milli, r.cpu_milli, r.memory_mib, r.gpu_memory_mib) == amounts
 
 
 def test_unknown_users_and_repeated_ids() -> None:
-    trace = make_trace([row("7"), row("7", submit_s=1.0), row("7", submit_s=2.0)])
+    trace = a_trace([row("7"), row("7", submit_s=1.0), row("7", submit_s=2.0)])
     jobs = replay(trace, SMALL).jobs
     assert [t.job.id for t in jobs] == ["7", "7~2", "7~3"]
     assert {t.job.user for t in jobs} == {"unknown"}
 
 
 def test_jobs_are_sorted_and_start_at_zero() -> None:
-    trace = make_trace(
-        [row("late", submit_s=500.0), row("early", submit_s=200.0), row("mid", submit_s=300.0)]
-    )
+    trace = a_trace([row("late", submit_s=500.0), row("early", submit_s=200.0), row("mid", submit_s=300.0)])
     jobs = replay(trace, SMALL).jobs
     assert [(t.job.id, t.job.submit_s) for t in jobs] == [("early", 0.0), ("mid", 100.0), ("late", 300.0)]
 
 
 def test_max_jobs_keeps_the_first_replayable_ones() -> None:
-    trace = make_trace(
+    trace = a_trace(
         [row("a"), row("none", submit_s=1.0, duration_s=None), row("b", submit_s=2.0), row("c", submit_s=3.0)]
     )
     assert [t.job.id for t in replay(trace, SMALL, ReplayOptions(max_jobs=2)).jobs] == ["a", "b"]
@@ -164,7 +145,7 @@ def test_max_jobs_keeps_the_first_replayable_ones() -> None:
 
 @pytest.mark.parametrize("target", [0.2, 0.75, 1.0, 2.5])
 def test_load_scaling_hits_the_target_on_a_small_trace(target: float) -> None:
-    trace = make_trace(
+    trace = a_trace(
         [
             row(f"j{i}", submit_s=i * 37.0 + (i % 3) * 11.0, duration_s=50.0 + i, tasks=1 + i % 4)
             for i in range(40)
@@ -205,9 +186,9 @@ def test_rate_scaling_without_the_trace_size_keeps_recorded_times() -> None:
 
 
 def test_trace_size_comes_from_the_metadata() -> None:
-    assert trace_capacity_gpus(make_trace([], MaxProcs="128", MaxNodes="64")) == 128
-    assert trace_capacity_gpus(make_trace([], MaxNodes="256")) == 256
-    assert trace_capacity_gpus(make_trace([])) is None
+    assert trace_capacity_gpus(a_trace([], MaxProcs="128", MaxNodes="64")) == 128
+    assert trace_capacity_gpus(a_trace([], MaxNodes="256")) == 256
+    assert trace_capacity_gpus(a_trace([])) is None
 
 
 @pytest.mark.parametrize(("gpus", "expected_jobs"), [((4, 4, 4, 4), 400), ((4,), 100), ((4, 4), 200)])
@@ -264,7 +245,7 @@ def test_bad_options_name_the_field(options: dict[str, Any], field: str) -> None
 
 def test_a_load_needs_two_distinct_submit_times() -> None:
     with pytest.raises(ReplayError, match="two or more distinct times"):
-        replay(make_trace([row("a"), row("b")]), SMALL, ReplayOptions(load=0.5))
+        replay(a_trace([row("a"), row("b")]), SMALL, ReplayOptions(load=0.5))
 
 
 # --- kind: trace workload specs ----------------------------------------------------------------
