@@ -34,7 +34,7 @@ class Series:
 
 @dataclass(frozen=True)
 class Range:
-    """A field over series and time: ``mean`` and ``peak`` are (len(series) x len(times)), NaN where missing."""
+    """A field over series and time: ``mean`` and ``peak`` are (series x times), NaN where missing."""
 
     field: Field
     series: Sequence[int]
