@@ -31,3 +31,7 @@ class ModelError(LoadmasterError):
 
 class SimulationError(LoadmasterError):
     """The simulator reached a state that breaks one of its invariants."""
+
+
+class TelemetryError(LoadmasterError):
+    """Telemetry could not be stored, read or collected (unknown series, unreachable server, no GPU)."""

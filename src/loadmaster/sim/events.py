@@ -1,8 +1,8 @@
 """A deterministic event queue: a heap of (time, priority, seq, kind, index).
 
 Ties in time are broken by priority (completions free resources before new
-arrivals are seen) and then by insertion order, so a run never depends on how
-Python happens to compare payloads.
+arrivals are seen, unless ``arrivals_first``) and then by insertion order, so
+a run never depends on how Python happens to compare payloads.
 """
 
 from __future__ import annotations
@@ -20,14 +20,23 @@ class Kind(IntEnum):
 
 
 class EventQueue:
-    """Min-heap of events; ``index`` refers to a job (or is unused for ticks)."""
+    """Min-heap of events; ``index`` refers to a job (or is unused for ticks).
 
-    def __init__(self) -> None:
+    ``arrivals_first`` swaps the order of arrivals and completions at equal
+    times (the RLScheduler simulator's order: a job submitted when another
+    ends is queued before the GPUs come back).
+    """
+
+    def __init__(self, arrivals_first: bool = False) -> None:
         self._heap: list[tuple[float, int, int, int]] = []
         self._seq = 0
+        self._rank = {kind: int(kind) for kind in Kind}
+        if arrivals_first:
+            self._rank[Kind.ARRIVAL], self._rank[Kind.COMPLETION] = 0, 1
+        self._kinds = {rank: kind for kind, rank in self._rank.items()}
 
     def push(self, time_s: float, kind: Kind, index: int = -1) -> None:
-        heapq.heappush(self._heap, (time_s, int(kind), self._seq, index))
+        heapq.heappush(self._heap, (time_s, self._rank[kind], self._seq, index))
         self._seq += 1
 
     def __len__(self) -> int:
@@ -42,6 +51,11 @@ class EventQueue:
         due: list[tuple[Kind, int]] = []
         heap = self._heap
         while heap and heap[0][0] <= time_s:
-            _, kind, _, index = heapq.heappop(heap)
-            due.append((Kind(kind), index))
+            _, rank, _, index = heapq.heappop(heap)
+            due.append((self._kinds[rank], index))
         return due
+
+    def pop_next(self) -> list[tuple[Kind, int]]:
+        """Remove and return the earliest event alone; the queue must not be empty."""
+        _, rank, _, index = heapq.heappop(self._heap)
+        return [(self._kinds[rank], index)]

@@ -1,7 +1,8 @@
 """The discrete-event simulator: the pure scheduler driven in simulated time.
 
 Each step pops every event due at the earliest time (completions first, then
-arrivals, then periodic ticks), runs one scheduling cycle on the resulting
+arrivals, then periodic ticks; or, with ``SimOptions.cycle_per_event``, only
+the earliest event), runs one scheduling cycle on the resulting
 snapshot, carries out its decisions (evictions before binds) and samples the
 timeline. A job that can never fit is rejected when it arrives, with the
 reason; a job still waiting when nothing more can happen keeps the reason of
@@ -41,6 +42,11 @@ class SimOptions:
     """Half-life of past usage in the fair-share ledger (Slurm's PriorityDecayHalfLife; 7 days)."""
     explain: frozenset[str] = field(default_factory=frozenset)
     """Job ids whose every change of status is recorded in ``RunResult.explanations``."""
+    cycle_per_event: bool = False
+    """Run a cycle after every single event instead of once per distinct time (the RLScheduler
+    simulator decides after each arrival and each completion, even at equal times)."""
+    arrivals_first: bool = False
+    """At equal times, handle arrivals before completions (the RLScheduler simulator's order)."""
 
 
 class Simulator:
@@ -59,7 +65,7 @@ class Simulator:
         self.cluster = SimCluster(nodes, options.fair_share_half_life_s)
         self.recorder = TimelineRecorder(nodes)
         self.log = JobLog(len(self.jobs))
-        self.events = EventQueue()
+        self.events = EventQueue(options.arrivals_first)
         self.rng = np.random.default_rng(options.seed)
         self._bind_times: dict[str, list[tuple[float, float]]] = {}
         self._last: CycleResult | None = None
@@ -74,7 +80,8 @@ class Simulator:
         while self.events:
             now = self.events.next_time()
             ticked = False
-            for kind, index in self.events.pop_due(now):
+            due = self.events.pop_next() if self.options.cycle_per_event else self.events.pop_due(now)
+            for kind, index in due:
                 ticked |= self._handle(kind, index, now)
             self._cycle(now)
             if ticked and (self.cluster.running or self._arrivals_left(now)):
