@@ -16,11 +16,13 @@ from loadmaster.scheduling.plugins.multiqueue import MultiQueue
 from loadmaster.scheduling.plugins.preempt_priority import PriorityPreempt
 from loadmaster.scheduling.plugins.priority import PriorityClass
 from loadmaster.scheduling.plugins.random_fit import RandomFit
+from loadmaster.scheduling.plugins.sharing import SHARING_PLUGINS
 from loadmaster.scheduling.plugins.spread import Spread
 
 PLUGINS: Mapping[str, type[Plugin]] = {
     **BASELINE_PLUGINS,
     **ADMISSION_PLUGINS,
+    **SHARING_PLUGINS,
     "fifo": Fifo,
     "priority": PriorityClass,
     "gang": Gang,

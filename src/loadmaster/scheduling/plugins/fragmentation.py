@@ -1,0 +1,234 @@
+"""GPU fragmentation measured against a target workload (Weng et al., "Beware of Fragmentation", ATC'23).
+
+A node's free GPU share is *fragmented* for a task shape when the node cannot
+host that task: all of its free share counts when the task does not fit the
+node at all (too little CPU, or too few GPUs with enough free share), and the
+free share of GPUs too small for the task counts when it does fit. The node's
+fragmentation is the expectation over the target workload's task shapes,
+weighted by how often each shape occurs:
+
+    F(node) = sum over shapes t of  p_t * (L                 if t does not fit
+                                           L - U_t           if it fits)
+
+where ``L`` is the node's free milli-GPU and ``U_t`` the free milli-GPU on GPUs
+with at least ``t``'s share free. A task without GPUs (CPU only) counts all of
+``L``, as in the FGD authors' simulator. Memory is not part of the measure.
+
+Rewritten per group ``k`` of shapes with the same GPU need (share ``m_k`` on
+each of ``g_k`` GPUs): ``F = P * L - sum_k W_k * fits_k * U_k``, where ``P`` is
+the total weight, ``W_k`` the weight of the group's shapes whose CPU the node
+can give and ``fits_k`` whether ``g_k`` GPUs have ``m_k`` free. Everything here
+is vectorised over nodes (rows of the per-GPU free array) and pure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.errors import ModelError
+from loadmaster.model import MILLI_PER_GPU, TaskRequest
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class TypicalTask:
+    """One task shape of the target workload and its weight (share of tasks)."""
+
+    cpu_milli: int
+    """CPU milli-cores the task asks for."""
+    gpu_milli: int
+    """Milli-GPU as in :class:`TaskRequest`: below 1000 a share of one GPU, else whole GPUs."""
+    weight: float
+    """How often the shape occurs; weights need not sum to one."""
+
+    def __post_init__(self) -> None:
+        TaskRequest(gpu_milli=self.gpu_milli, cpu_milli=self.cpu_milli)  # validates the shape
+        if self.weight < 0:
+            raise ModelError(f"typical task {self}: weight must be >= 0")
+
+
+def typical_workload(requests: Iterable[TaskRequest], coverage: float = 0.95) -> tuple[TypicalTask, ...]:
+    """The most frequent task shapes that together make up ``coverage`` of the tasks, weights summing to one.
+
+    Shapes are (CPU, milli-GPU); the most frequent come first, ties broken by
+    larger CPU, then larger GPU need (the FGD simulator's "typical pods", with
+    a popularity threshold of ``coverage``).
+    """
+    if not 0 < coverage <= 1:
+        raise ModelError(f"coverage must be in (0, 1], got {coverage}")
+    counts = Counter((r.cpu_milli, r.gpu_milli) for r in requests)
+    if not counts:
+        return ()
+    ranked = sorted(counts.items(), key=lambda item: (item[1], item[0]), reverse=True)
+    total = sum(counts.values())
+    chosen: list[tuple[tuple[int, int], int]] = []
+    covered = 0
+    for shape, count in ranked:
+        if covered >= coverage * total:
+            break
+        chosen.append((shape, count))
+        covered += count
+    return tuple(TypicalTask(cpu, gpu, count / covered) for (cpu, gpu), count in chosen)
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledWorkload:
+    """A target workload as arrays: GPU shapes grouped by their GPU need, for vectorised measures."""
+
+    group_share: IntArray
+    """Per group: milli-GPU needed on each GPU (1000 for whole GPUs)."""
+    group_gpus: IntArray
+    """Per group: GPUs needed with that share free."""
+    task_cpu: IntArray
+    """Per GPU shape: its CPU milli-cores."""
+    membership: FloatArray
+    """Shape (GPU shapes, groups): the shape's weight in its group's column."""
+    total_weight: float
+    """Weight of all shapes, CPU-only ones included."""
+    cpu_per_gpu_milli: float
+    """CPU milli-cores the workload asks per milli-GPU (weighted over all shapes; 0 without GPUs)."""
+
+    @classmethod
+    def of(cls, tasks: Iterable[TypicalTask]) -> CompiledWorkload:
+        listed = list(tasks)
+        gpu_tasks = [t for t in listed if t.gpu_milli > 0]
+        needs = sorted({_need(t.gpu_milli) for t in gpu_tasks})
+        membership = np.zeros((len(gpu_tasks), len(needs)), dtype=np.float64)
+        for row, task in enumerate(gpu_tasks):
+            membership[row, needs.index(_need(task.gpu_milli))] = task.weight
+        return cls(
+            group_share=np.array([share for share, _ in needs], dtype=np.int64),
+            group_gpus=np.array([gpus for _, gpus in needs], dtype=np.int64),
+            task_cpu=np.array([t.cpu_milli for t in gpu_tasks], dtype=np.int64),
+            membership=membership,
+            total_weight=float(sum(t.weight for t in listed)),
+            cpu_per_gpu_milli=_ratio(
+                sum(t.weight * t.cpu_milli for t in listed), sum(t.weight * t.gpu_milli for t in listed)
+            ),
+        )
+
+    def group_weight(self, cpu_free: IntArray) -> FloatArray:
+        """Per node and group: the weight of the group's shapes whose CPU the node can give."""
+        enough = (cpu_free[:, None] >= self.task_cpu[None, :]).astype(np.float64)
+        weights: FloatArray = enough @ self.membership
+        return weights
+
+    def gpu_stats(self, gpu_free: IntArray) -> tuple[IntArray, IntArray]:
+        """Per node and group: GPUs with the group's share free, and the free milli-GPU on them."""
+        big = gpu_free[:, :, None] >= self.group_share[None, None, :]
+        counts: IntArray = big.sum(axis=1)
+        usable: IntArray = (gpu_free[:, :, None] * big).sum(axis=1)
+        return counts, usable
+
+
+def _ratio(cpu: float, gpu: float) -> float:
+    return cpu / gpu if gpu > 0 else 0.0
+
+
+def _need(gpu_milli: int) -> tuple[int, int]:
+    """(share per GPU, GPUs) of a task asking ``gpu_milli``."""
+    if gpu_milli < MILLI_PER_GPU:
+        return gpu_milli, 1
+    return MILLI_PER_GPU, gpu_milli // MILLI_PER_GPU
+
+
+@dataclass(frozen=True, eq=False)
+class NodeStats:
+    """Per node (rows) and group: GPUs with the group's share free, the free milli-GPU on them; and F."""
+
+    counts: IntArray
+    usable: IntArray
+    frag: FloatArray
+
+    def rows(self, rows: IntArray) -> NodeStats:
+        """The stats of ``rows`` only."""
+        return NodeStats(self.counts[rows], self.usable[rows], self.frag[rows])
+
+
+def node_stats(gpu_free: IntArray, cpu_free: IntArray, workload: CompiledWorkload) -> NodeStats:
+    """Group counts, usable milli-GPU and fragmentation of each node (rows of ``gpu_free``)."""
+    counts, usable = workload.gpu_stats(gpu_free)
+    fits = counts >= workload.group_gpus[None, :]
+    weights = workload.group_weight(cpu_free)
+    total = gpu_free.sum(axis=1).astype(np.float64)
+    frag: FloatArray = workload.total_weight * total - (weights * fits * usable).sum(axis=1)
+    return NodeStats(counts, usable, frag)
+
+
+def fragmentation(gpu_free: IntArray, cpu_free: IntArray, workload: CompiledWorkload) -> FloatArray:
+    """Expected fragmented milli-GPU of each node (rows of ``gpu_free``) for ``workload``."""
+    return node_stats(gpu_free, cpu_free, workload).frag
+
+
+def fragmentation_growth(
+    gpu_free: IntArray,
+    cpu_free: IntArray,
+    request: TaskRequest,
+    workload: CompiledWorkload,
+    stats: NodeStats | None = None,
+) -> FloatArray:
+    """How much each node's fragmentation grows if it takes one task of ``request``.
+
+    For a share of one GPU the answer has one column per GPU (the task on that
+    GPU), NaN where the GPU has too little free; otherwise one column: whole
+    GPUs are taken lowest index first, and a CPU-only task changes CPU only.
+    Rows are assumed to fit the task's CPU and whole GPUs. ``stats``, when
+    given, must be :func:`node_stats` of the same rows.
+    """
+    now = stats if stats is not None else node_stats(gpu_free, cpu_free, workload)
+    weights = workload.group_weight(cpu_free - request.cpu_milli)
+    if request.is_fractional:
+        return _share_growth(gpu_free, request.gpu_milli, now, weights, workload)
+    taken = request.whole_gpus * MILLI_PER_GPU
+    fits = (now.counts - request.whole_gpus) >= workload.group_gpus[None, :]
+    total = gpu_free.sum(axis=1).astype(np.float64) - taken
+    after = workload.total_weight * total - (weights * fits * (now.usable - taken)).sum(axis=1)
+    growth: FloatArray = (after - now.frag)[:, None]
+    return growth
+
+
+def _share_growth(
+    gpu_free: IntArray, share: int, now: NodeStats, weights: FloatArray, workload: CompiledWorkload
+) -> FloatArray:
+    """Growth per (node, GPU) when a task of ``share`` milli-GPU goes on that GPU.
+
+    A GPU with ``l`` free changes the groups in three runs of ascending share
+    ``m_k``: those with ``m_k <= l - share`` keep the GPU but lose ``share`` of
+    usable milli-GPU; those with ``l - share < m_k <= l`` lose the GPU (one
+    count and ``l`` usable); the rest never counted it. Prefix sums over the
+    groups give each run's total with two lookups per GPU.
+    """
+    fits = now.counts >= workload.group_gpus[None, :]
+    fits_less = (now.counts - 1) >= workload.group_gpus[None, :]
+    kept_weight = weights * fits
+    less_weight = weights * fits_less
+    base = (kept_weight * now.usable).sum(axis=1)
+    prefix = np.zeros((4, gpu_free.shape[0], len(workload.group_share) + 1))
+    np.cumsum(kept_weight, axis=1, out=prefix[0, :, 1:])
+    np.cumsum(kept_weight * now.usable, axis=1, out=prefix[1, :, 1:])
+    np.cumsum(less_weight, axis=1, out=prefix[2, :, 1:])
+    np.cumsum(less_weight * now.usable, axis=1, out=prefix[3, :, 1:])
+    keeps = np.searchsorted(workload.group_share, gpu_free - share, side="right")
+    loses = np.searchsorted(workload.group_share, gpu_free, side="right")
+
+    def run(which: int) -> FloatArray:
+        table = prefix[which]
+        between: FloatArray = np.take_along_axis(table, loses, axis=1) - np.take_along_axis(
+            table, keeps, axis=1
+        )
+        return between
+
+    kept_loss = share * np.take_along_axis(prefix[0], keeps, axis=1)
+    lost = run(1) - (run(3) - gpu_free * run(2))
+    kept = base[:, None] - kept_loss - lost
+    total = gpu_free.sum(axis=1).astype(np.float64) - share
+    after = workload.total_weight * total[:, None] - kept
+    growth: FloatArray = np.where(gpu_free >= share, after - now.frag[:, None], np.nan)
+    return growth
