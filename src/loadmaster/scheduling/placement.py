@@ -57,15 +57,18 @@ def _rack_candidates(
 ) -> BoolArray:
     has_room = capacity > 0
     if used:
-        same = np.isin(nodes.rack_index, nodes.rack_index[list(used)]) & has_room
+        # A lookup table of racks, indexed by each node's rack: np.isin would sort on every call.
+        racks = np.zeros(len(nodes.racks), dtype=bool)
+        racks[nodes.rack_index[list(used)]] = True
+        same = racks[nodes.rack_index] & has_room
         if same.any():
             return same
     elif (capacity >= remaining).any():
         return has_room  # one node holds the whole job: racks do not matter
     per_rack = np.bincount(nodes.rack_index, weights=np.maximum(capacity, 0), minlength=len(nodes.racks))
-    holding = np.flatnonzero(per_rack >= remaining)
-    if holding.size:
-        return np.isin(nodes.rack_index, holding) & has_room
+    holding = per_rack >= remaining
+    if holding.any():
+        return holding[nodes.rack_index] & has_room
     return has_room
 
 
@@ -108,15 +111,19 @@ def place_job(
     used: list[int] = []
     placed: list[TaskPlacement] = []
     choose = topology.choose_node if topology is not None else default_choose_node
+    # Taking t tasks from a node lowers its capacity by exactly t (every term of the minimum in
+    # fit.capacity drops by t) and leaves other nodes alone: computed once, then kept in step.
+    cap = np.where(allowed, fit.capacity(ctx.state, request), 0)
     while remaining > 0:
-        cap = np.where(allowed, fit.capacity(ctx.state, request), 0)
         scores = scoring.combined(pending, ctx)
-        node = choose(cap, remaining, used, scores, ctx.state.nodes)
+        node = choose(cap.copy(), remaining, used, scores, ctx.state.nodes)
         if node < 0:
             return placed, unschedulable(_shortfall(pending, placed, allowed, ctx), "fit")
-        for _ in range(min(int(cap[node]), remaining)):
+        taken = min(int(cap[node]), remaining)
+        for _ in range(taken):
             placed.append(_take_task(ctx, node, request))
-            remaining -= 1
+        cap[node] -= taken
+        remaining -= taken
         used.append(node)
     return placed, SUCCESS
 
