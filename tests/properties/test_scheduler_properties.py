@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -23,6 +23,7 @@ from loadmaster.config import load_profiles
 from loadmaster.errors import ConfigError
 from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, JobTable, NodeTable, Timeline, TraceJob
 from loadmaster.scheduling import PLUGINS, CycleResult, Profile
+from loadmaster.scheduling.actions import allocate
 from loadmaster.sim import RunResult, SimOptions, simulate
 
 GANG_PROFILES = {
@@ -373,3 +374,29 @@ def test_every_plugin_combination_is_deterministic(name: str) -> None:
     assert first_scheduler.binds == second_scheduler.binds
     # Something ran, or (a quota with no groups configured, say) every job says why not.
     assert first.jobs.ran.any() or (first.jobs.reason != "").all()
+
+
+DOMINANCE_PROFILES = ("sds", "slurm", "fifo", "kube-default")
+
+
+@pytest.mark.parametrize("name", DOMINANCE_PROFILES)
+@FAST
+@given(cluster=clusters(), jobs=workloads())
+def test_skipping_requests_larger_than_a_failed_one_changes_no_decision(
+    name: str, cluster: NodeTable, jobs: list[TraceJob], monkeypatch_module: pytest.MonkeyPatch
+) -> None:
+    """The walk skips a job that asks for at least as much as one that just failed (a speed-up only)."""
+    chosen = load_profiles()[name]
+    with_skip, scheduler = run(cluster, jobs, chosen)
+    with monkeypatch_module.context() as patch:
+        patch.setattr(allocate, "_MAX_FAILED_REQUESTS", 0)
+        without_skip, plain = run(cluster, jobs, chosen)
+    assert scheduler.binds == plain.binds
+    assert_same_columns(with_skip.timeline, without_skip.timeline)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    """A monkeypatch usable inside hypothesis examples (the function-scoped one is not)."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch

@@ -65,6 +65,7 @@ class Scheduler:
         self._static_masks: dict[Hashable, BoolArray] = {}
         self._shapes: dict[int, tuple[Job, int]] = {}
         self._shape_ids: dict[Hashable, int] = {}
+        self._static_of: dict[int, int] = {}
         self._flat: dict[int, Any] = {}
         self._commits = any(p.commits_head for p in profile.order)
         self._heads: dict[str, str] = {}
@@ -105,6 +106,7 @@ class Scheduler:
             static_masks=self._static_masks,
             shapes=self._shapes,
             shape_ids=self._shape_ids,
+            static_of=self._static_of,
             flat_placements=self._flat,
         )
 

@@ -37,6 +37,12 @@ class Session:
     """Each job's shape number, by object id (kept across cycles by the scheduler)."""
     shape_ids: dict[Hashable, int] = field(default_factory=dict)
     """Shape number of each distinct shape (kept across cycles by the scheduler)."""
+    static_of: dict[int, int] = field(default_factory=dict)
+    """For each shape number, the number of its static part: pool, type, selector, filter keys."""
+    failed_requests: dict[Hashable, list[tuple[tuple[int, int, int, int], Status]]] = field(
+        default_factory=dict
+    )
+    """Requests that could not be placed, by view and group (see allocate._dominated), this cycle."""
     flat_placements: dict[int, Any] = field(default_factory=dict)
     """Running jobs' placements flattened to arrays (reservation.FlatCache), kept across cycles."""
     allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)

@@ -75,6 +75,10 @@ def try_place(
         known = session.failed_shapes.get(("now", job_shape)) or session.failed_shapes.get(shape)
         if known is not None:
             return known
+        known = _dominated(session, pending.job, job_shape, view)
+        if known is not None:
+            session.failed_shapes[shape] = known
+            return known
     allowed = allowed_nodes(session, pending.job)
     if isinstance(allowed, Status):
         return allowed
@@ -87,6 +91,8 @@ def try_place(
         failure = status if not status.ok else permit
         if not pending.bound:
             session.failed_shapes[shape] = failure
+            if not status.ok:
+                _remember_failure(session, pending.job, job_shape, view, failure)
         return failure
     on_cycle_state = state is session.ctx.state
     if not on_cycle_state:
@@ -121,6 +127,51 @@ def _permit(session: Session, pending: PendingJob, placed: int) -> Status:
     return SUCCESS
 
 
+_MAX_FAILED_REQUESTS = 32
+"""Failed requests kept per group for the dominance check: enough for a queue's few sizes, cheap to scan."""
+
+
+def _request_group(session: Session, job: Job, shape: int, view: Hashable) -> Hashable | None:
+    """Jobs of one group differ only in their request: same view, nodes, filters, tasks and gang rule.
+
+    None when a topology plugin places gangs (its choice need not be monotone in the request).
+    """
+    if job.tasks > 1 and session.profile.place_gang is not None:
+        return None
+    return (view, session.static_of[shape], job.tasks, job.min_available)
+
+
+def _request_size(job: Job) -> tuple[int, int, int, int]:
+    r = job.request
+    return (r.gpu_milli, r.cpu_milli, r.memory_mib, r.gpu_memory_mib)
+
+
+def _dominated(session: Session, job: Job, shape: int, view: Hashable) -> Status | None:
+    """A failure of a job that asks for no more than ``job`` on every resource, in the same group.
+
+    Capacity only falls as a request grows (more milli-GPU, CPU or memory per task), so a job
+    that needs at least as much of everything as a job that could not be placed on this view
+    cannot be placed either; the walk then skips the placement attempt.
+    """
+    if not session.failed_requests:
+        return None
+    size = _request_size(job)
+    for key in {_request_group(session, job, shape, "now"), _request_group(session, job, shape, view)}:
+        for smaller, status in session.failed_requests.get(key, ()):
+            if all(mine >= theirs for mine, theirs in zip(size, smaller, strict=True)):
+                return Status(status.code, f"as for a smaller request, {status.reason}", status.plugin)
+    return None
+
+
+def _remember_failure(session: Session, job: Job, shape: int, view: Hashable, failure: Status) -> None:
+    key = _request_group(session, job, shape, view)
+    if key is None:
+        return
+    kept = session.failed_requests.setdefault(key, [])
+    if len(kept) < _MAX_FAILED_REQUESTS:
+        kept.append((_request_size(job), failure))
+
+
 def shape_of(session: Session, job: Job) -> int:
     """What decides whether a job fits, as a small int: equal shapes fit or fail together within a cycle.
 
@@ -134,8 +185,12 @@ def shape_of(session: Session, job: Job) -> int:
         return cached[1]
     extra = tuple(p.memo_key(job) for p in session.profile.filters)
     selector = tuple(sorted(job.node_selector.items()))
-    shape = (job.pool, job.resource_type, selector, job.request, job.tasks, job.min_available, extra)
-    number = session.shape_ids.setdefault(shape, len(session.shape_ids))
+    static = (job.pool, job.resource_type, selector, extra)
+    shape = (*static, job.request, job.tasks, job.min_available)
+    number = session.shape_ids.get(shape)
+    if number is None:
+        number = session.shape_ids[shape] = len(session.shape_ids)
+        session.static_of[number] = session.shape_ids.setdefault(static, len(session.shape_ids))
     session.shapes[id(job)] = (job, number)
     return number
 

@@ -104,3 +104,4 @@ def _evict(session: Session, pending: PendingJob, victims: list[RunningJob], evi
         session.decisions.append(Preempt(victim.job.id, f"preempted so that {pending.job.id} can start"))
     session.state_version += 1
     session.failed_shapes.clear()  # capacity grew: earlier failures in this cycle may fit now
+    session.failed_requests.clear()
