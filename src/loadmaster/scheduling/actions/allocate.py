@@ -60,15 +60,23 @@ def admit(session: Session, pending: PendingJob) -> Status:
 
 
 def try_place(
-    session: Session, pending: PendingJob, scoring: Scoring, state: WorkingState, view: Hashable = "now"
+    session: Session,
+    pending: PendingJob,
+    scoring: Scoring,
+    state: WorkingState,
+    view: Hashable = "now",
+    *,
+    job_shape: int | None = None,
 ) -> Status:
     """Place ``pending`` on ``state`` and, if permitted, commit it to the cycle's state and bind it.
 
     ``state`` is the cycle's state, or a shadow of it with reserved capacity
     taken out (backfill), named by ``view`` for the memo of failed shapes; a
-    placement that fits a shadow fits the real state.
+    placement that fits a shadow fits the real state. ``job_shape`` saves
+    recomputing :func:`shape_of` where the caller has it.
     """
-    job_shape = shape_of(session, pending.job)
+    if job_shape is None:
+        job_shape = shape_of(session, pending.job)
     shape = (view, job_shape)
     if not pending.bound:
         # A shadow holds less than the cycle's state, so failing there means failing here too.

@@ -126,32 +126,36 @@ class _Walk:
         self.per_lane: dict[str, int] = {}
         self.starving_held = 0
         self.done: set[str] = set()
+        self._noted: dict[int, tuple[Status, Status]] = {}
+        """Each shadow failure with the note that reserved GPUs were not counted, made once."""
 
     def visit(self, pending: PendingJob, *, starving: bool) -> None:
         """Start ``pending`` now if that delays no reservation, else perhaps reserve for it."""
         session, ctx, job = self.session, self.session.ctx, pending.job
         self.done.add(job.id)
-        status = admit(session, pending)
-        if not status.ok:
-            session.statuses[job.id] = status
-            return
+        if session.admission:
+            status = admit(session, pending)
+            if not status.ok:
+                session.statuses[job.id] = status
+                return
         lane = session.lane(job)
         held = self.per_lane.get(lane, 0)
         reserving = starving or self.plugin.wants_reservation(pending, held, ctx)
-        known = None if pending.bound else session.failed_shapes.get(("now", shape_of(session, job)))
+        shape = shape_of(session, job)
+        known = None if pending.bound else session.failed_shapes.get(("now", shape))
         if known is not None and not reserving:
             session.statuses[job.id] = known  # it fails on the whole cluster, so on any shadow of it
             return
         run_s = self.plugin.estimate_s(job, ctx)
         key, view = self.shadows.view(ctx.now + run_s)
-        status = self._too_late(ctx.now + run_s) or try_place(session, pending, self.scoring, view, key)
+        status = self._too_late(ctx.now + run_s) or try_place(
+            session, pending, self.scoring, view, key, job_shape=shape
+        )
         if status.ok:
             session.statuses.pop(job.id, None)
             return
         if key != "now" and not self.plugin.ends_before_reservations:
-            status = Status(
-                status.code, f"{status.reason} (GPUs held for reservations are not counted)", status.plugin
-            )
+            status = self._note_reserved(status)
         if reserving:
             status = _reserve(
                 session,
@@ -166,6 +170,16 @@ class _Walk:
                 self.per_lane[lane] = held + 1
                 self.starving_held += starving
         session.statuses[job.id] = status
+
+    def _note_reserved(self, status: Status) -> Status:
+        """``status`` saying that GPUs held for reservations were not counted (one object per failure)."""
+        found = self._noted.get(id(status))
+        if found is not None and found[0] is status:  # the original is kept, so its id is not reused
+            return found[1]
+        reason = f"{status.reason} (GPUs held for reservations are not counted)"
+        noted = Status(status.code, reason, status.plugin)
+        self._noted[id(status)] = (status, noted)
+        return noted
 
     def _too_late(self, end_s: float) -> Status | None:
         """With ``ends_before_reservations``: why a run ending at ``end_s`` may not start now (else None)."""
