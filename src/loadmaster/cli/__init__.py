@@ -14,7 +14,9 @@ from rich.table import Table
 from loadmaster import __version__
 from loadmaster.cli import trace as trace_commands
 from loadmaster.cli import workload as workload_commands
+from loadmaster.cli.agent import agent as agent_command
 from loadmaster.cli.output import console
+from loadmaster.cli.serve import serve as serve_command
 from loadmaster.config import (
     BUILTIN_CLUSTERS,
     BUILTIN_WORKLOADS,
@@ -36,6 +38,8 @@ app = typer.Typer(
 
 app.add_typer(trace_commands.app, name="trace")
 app.add_typer(workload_commands.app, name="workload")
+app.command(name="agent")(agent_command)
+app.command("serve")(serve_command)
 
 DEFAULT_PROFILES = "kube-default,fifo,sds,nsml,slurm,fair"
 

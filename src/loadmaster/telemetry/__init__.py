@@ -13,6 +13,7 @@ from loadmaster.telemetry.schema import (
     field,
     field_code,
 )
+from loadmaster.telemetry.store import Range, Series, TelemetryStore
 
 __all__ = [
     "BY_ID",
@@ -23,7 +24,10 @@ __all__ = [
     "SERIES_SCHEMA",
     "Field",
     "Kind",
+    "Range",
     "Scope",
+    "Series",
+    "TelemetryStore",
     "field",
     "field_code",
 ]

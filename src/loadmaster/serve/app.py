@@ -1,0 +1,243 @@
+"""The FastAPI app: the JSON API over a demo cluster, the dashboard's static files, and the stepping task.
+
+``create_app(demo)`` returns an app whose lifespan starts a background task
+that calls :meth:`Demo.tick` every ``step_interval_s`` wall seconds (off the
+event loop, under the demo's lock), so simulated time moves at the demo's
+speed while requests are served. Every ``/api`` route but ``/api/health``
+needs a bearer token; roles are checked in the route, on the server.
+"""
+
+import asyncio
+import contextlib
+import functools
+import json
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from loadmaster.serve import views
+from loadmaster.serve.auth import AuthError, Principal, require_operator
+from loadmaster.serve.demo import Demo
+
+STATIC = Path(str(resources.files("loadmaster.serve") / "static"))
+
+
+def plotly_js() -> Path:
+    """plotly.js as the ``plotly`` pip package ships it (no front-end build, no CDN)."""
+    import plotly  # noqa: PLC0415 - only needed to locate the file, once
+
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+async def _principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    """The caller, from its bearer token (401 without a valid one)."""
+    demo: Demo = request.app.state.demo
+    return demo.tokens.authenticate(authorization)
+
+
+Who = Annotated[Principal, Depends(_principal)]
+"""A route parameter that is the authenticated caller."""
+
+
+class SpeedChange(BaseModel):
+    """Body of ``POST /api/operator/speed``."""
+
+    speed: float = Field(ge=0, description="simulated seconds per wall second; 0 pauses")
+
+
+CacheKey = tuple[str, str, float | None]
+"""(metric, viewer, frame time or None for live)."""
+
+
+class _SnapshotCache:
+    """Encoded snapshots by (metric, viewer, time), rebuilt by the stepper, so requests only read.
+
+    A request finds its snapshot here, encoded, and returns it without taking
+    the demo's lock; only the first request for a key builds it. After each
+    tick the stepper rebuilds every live entry asked for in the last
+    ``keep_s`` seconds, so the page sees the state at most one tick old and a
+    tick never shows up in the API's latency.
+    """
+
+    def __init__(self, keep_s: float = 30.0) -> None:
+        self.keep_s = keep_s
+        self._entries: dict[CacheKey, tuple[bytes, Callable[[], Any], float]] = {}
+        self._guard = threading.Lock()
+
+    def peek(self, key: CacheKey) -> bytes | None:
+        with self._guard:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries[key] = (found[0], found[1], time.monotonic())
+            return found[0]
+
+    def build(self, demo: Demo, key: CacheKey, make: Callable[[], Any]) -> bytes:
+        with demo.lock:
+            encoded = json.dumps(make(), separators=(",", ":")).encode()
+        with self._guard:
+            self._entries[key] = (encoded, make, time.monotonic())
+        return encoded
+
+    def refresh(self, demo: Demo) -> None:
+        """Rebuild the live entries used lately; forget the rest (past frames are kept until unused)."""
+        now = time.monotonic()
+        with self._guard:
+            for key in [k for k, (_, _, used) in self._entries.items() if now - used > self.keep_s]:
+                del self._entries[key]
+            live = [(k, make) for k, (_, make, _) in self._entries.items() if k[2] is None]
+        for key, make in live:
+            with demo.lock:
+                encoded = json.dumps(make(), separators=(",", ":")).encode()
+            with self._guard:
+                if key in self._entries:
+                    self._entries[key] = (encoded, make, self._entries[key][2])
+
+
+def create_app(demo: Demo, *, step_interval_s: float = 0.5, run_stepper: bool = True) -> FastAPI:
+    """The API and dashboard over ``demo``; with ``run_stepper`` simulated time advances while it serves."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(_stepper(demo, cache, step_interval_s)) if run_stepper else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    cache = _SnapshotCache()
+    app = FastAPI(title="loadmaster", summary="GPU cluster dashboard API", lifespan=lifespan)
+    app.state.demo = demo
+    _errors(app)
+    _routes(app, demo, cache)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+async def _stepper(demo: Demo, cache: _SnapshotCache, interval_s: float) -> None:
+    """Advance the demo by the wall time that really passed, every ``interval_s``; refresh the cache."""
+
+    def step(wall_s: float) -> None:
+        demo.tick(wall_s)
+        cache.refresh(demo)
+
+    last = time.monotonic()
+    while True:
+        await asyncio.sleep(interval_s)
+        now = time.monotonic()
+        await asyncio.to_thread(step, now - last)
+        last = now
+
+
+def _errors(app: FastAPI) -> None:
+    @app.exception_handler(AuthError)
+    async def auth_error(_: Request, exc: AuthError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(views.NotFoundError)
+    async def not_found(_: Request, exc: views.NotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
+def _routes(app: FastAPI, demo: Demo, cache: _SnapshotCache) -> None:
+
+    def body(payload: Any) -> Response:
+        return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    @app.get("/vendor/plotly.min.js", include_in_schema=False)
+    def plotly() -> FileResponse:
+        return FileResponse(
+            plotly_js(), media_type="text/javascript", headers={"Cache-Control": "max-age=86400"}
+        )
+
+    @app.get("/api/health")
+    def health() -> dict[str, Any]:
+        """No token needed: liveness, and the trivial baseline of the scale benchmark."""
+        return {"ok": True}
+
+    @app.get("/api/me")
+    def me(who: Who) -> Response:
+        with demo.lock:
+            return body(views.me_view(demo, who))
+
+    @app.get("/api/time")
+    def clock(who: Who) -> dict[str, Any]:
+        with demo.lock:
+            return {"now_s": demo.now_s, "oldest_s": demo.oldest_s, "speed": demo.speed,
+                    "paused": demo.paused, "version": demo.sim.version}  # fmt: skip
+
+    @app.get("/api/cluster")
+    async def cluster(who: Who, metric: str = "util", at: float | None = None) -> Response:
+        viewer = "*operator*" if who.is_operator else who.name
+        # A past time is snapped to the scrubber's frame grid so that the cache can serve it.
+        at_s = None if at is None or at >= demo.now_s else max(at, demo.oldest_s)
+        frame = None if at_s is None else demo.sim.frame_at(at_s).time_s
+        key = (metric, viewer, frame)
+        payload = cache.peek(key)
+        if payload is None:
+            make = functools.partial(views.snapshot, demo, who, metric, at_s)
+            payload = await run_in_threadpool(cache.build, demo, key, make)
+        return Response(payload, media_type="application/json")
+
+    @app.get("/api/nodes")
+    def nodes(who: Who) -> Response:
+        with demo.lock:
+            return body(views.nodes_view(demo))
+
+    @app.get("/api/nodes/{name}")
+    def node(who: Who, name: str) -> Response:
+        with demo.lock:
+            return body(views.node_view(demo, who, name))
+
+    @app.get("/api/jobs")
+    def jobs(who: Who, scope: str = "mine") -> Response:
+        with demo.lock:
+            return body(views.jobs_view(demo, who, scope))
+
+    @app.get("/api/jobs/{job_id}")
+    def job(who: Who, job_id: str) -> Response:
+        with demo.lock:
+            return body(views.job_view(demo, who, job_id))
+
+    @app.get("/api/jobs/{job_id}/telemetry")
+    def job_telemetry(
+        who: Who, job_id: str, metric: str = "util", window_s: float = 3 * 3600.0, step_s: float = 60.0
+    ) -> Response:
+        with demo.lock:
+            return body(
+                views.job_telemetry(demo, who, job_id, metric_key=metric, window_s=window_s, step_s=step_s)
+            )
+
+    @app.get("/api/queue")
+    def queue(who: Who) -> Response:
+        with demo.lock:
+            return body(views.queue_view(demo, who))
+
+    @app.get("/api/operator/summary")
+    def operator_summary(who: Who) -> Response:
+        require_operator(who)
+        with demo.lock:
+            return body(views.operator_summary(demo))
+
+    @app.post("/api/operator/speed")
+    def speed(who: Who, change: SpeedChange) -> dict[str, Any]:
+        require_operator(who)
+        demo.set_speed(change.speed)
+        return {"speed": demo.speed, "paused": demo.paused}

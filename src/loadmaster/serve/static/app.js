@@ -1,0 +1,471 @@
+// loadmaster dashboard: one tile per GPU on a canvas, and the user, queue, operator and job views.
+// No build step. Test hooks: window.loadmaster (tileCount, canvasHash, ...) and data-* attributes.
+"use strict";
+
+const STATE_COLOURS = ["#2d333b", "#2f81f7", "#d29922", "#f85149"];
+const BADGE_COLOURS = { 1: "#ff4d4f", 2: "#d63af9", 4: "#ff9d00" };
+const TILE = 10, GAP = 2, PAD = 4, HEADER = 18;
+
+const ui = {
+  token: null, me: null, snap: null, layout: null, collapsed: new Set(),
+  colour: "state", layoutKind: "hierarchy", at: null, view: "cluster", job: null,
+  renders: 0, lastRenderMs: 0, firstRenderMs: null, tiles: 0,
+};
+
+// ---- API --------------------------------------------------------------------------------------
+async function api(path, options = {}) {
+  const headers = { Authorization: `Bearer ${ui.token}`, ...(options.headers || {}) };
+  const response = await fetch(path, { ...options, headers });
+  if (!response.ok) {
+    const detail = await response.json().catch(() => ({}));
+    const error = new Error(detail.detail || response.statusText);
+    error.status = response.status;
+    throw error;
+  }
+  return response.json();
+}
+
+function fmtTime(s) {
+  if (s === null || s === undefined) return "-";
+  const days = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+  const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
+  return `${days[d % 7]} day ${d + 1} ${String(h).padStart(2, "0")}:${String(m).padStart(2, "0")}`;
+}
+function fmtDur(s) {
+  if (s === null || s === undefined) return "-";
+  if (s < 3600) return `${Math.round(s / 60)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+function esc(text) {
+  return String(text ?? "").replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+}
+
+// ---- settings saved per user -------------------------------------------------------------------
+function settingsKey() { return `loadmaster.layout.${ui.me ? ui.me.name : "anon"}`; }
+function loadSettings() {
+  const saved = JSON.parse(localStorage.getItem(settingsKey()) || "{}");
+  ui.colour = saved.colour || "state";
+  ui.layoutKind = saved.layout || (ui.me && ui.me.role === "user" ? "user" : "hierarchy");
+  ui.collapsed = new Set(saved.collapsed || []);
+  document.getElementById("colour").value = ui.colour;
+  document.getElementById("layout").value = ui.layoutKind;
+}
+function saveSettings() {
+  localStorage.setItem(settingsKey(), JSON.stringify({
+    colour: ui.colour, layout: ui.layoutKind, collapsed: [...ui.collapsed],
+  }));
+}
+
+// ---- layout: groups of node boxes of GPU tiles -------------------------------------------------
+// A layout is a list of items: {kind: "header", key, label, depth, x, y, w, h} and
+// {kind: "node", node, gpus: [flat indices], x, y, w, h}. Tiles are placed inside node boxes.
+function nodeBox(snap, node, gpus) {
+  const cols = Math.min(gpus.length, 4) || 1;
+  const rows = Math.ceil(gpus.length / cols) || 1;
+  return { kind: "node", node, gpus, w: cols * (TILE + GAP) + GAP + 2, h: rows * (TILE + GAP) + GAP + 2 };
+}
+
+function buildLayout(snap, width) {
+  const groups = ui.layoutKind === "user" ? userGroups(snap) : hierarchyGroups(snap);
+  const items = [];
+  let y = 0;
+  for (const group of groups) {
+    const collapsed = ui.collapsed.has(group.key) || group.ancestors.some((k) => ui.collapsed.has(k));
+    if (group.ancestors.some((k) => ui.collapsed.has(k))) continue;
+    const x0 = group.depth * 14;
+    items.push({ kind: "header", key: group.key, label: group.label, collapsed, depth: group.depth,
+                 x: x0, y, w: width - x0, h: HEADER });
+    y += HEADER;
+    if (collapsed || !group.boxes.length) continue;
+    let x = x0, rowH = 0;
+    for (const box of group.boxes) {
+      if (x + box.w > width && x > x0) { x = x0; y += rowH + PAD; rowH = 0; }
+      items.push({ ...box, x, y });
+      x += box.w + PAD; rowH = Math.max(rowH, box.h);
+    }
+    y += rowH + PAD + 2;
+  }
+  return { items, height: y + 4 };
+}
+
+function nodeGpus(snap) {
+  const first = []; let at = 0;
+  for (const n of snap.nodes.gpus) { first.push(at); at += n; }
+  return (i) => Array.from({ length: snap.nodes.gpus[i] }, (_, g) => first[i] + g);
+}
+
+function hierarchyGroups(snap) {
+  const gpusOf = nodeGpus(snap), groups = [], t = snap.topology, n = snap.nodes;
+  const byPool = new Map();
+  n.name.forEach((_, i) => {
+    const pool = t.pools[n.pool[i]], zone = t.zones[n.zone[i]], rack = t.racks[n.rack[i]];
+    if (!byPool.has(pool)) byPool.set(pool, new Map());
+    const zones = byPool.get(pool);
+    if (!zones.has(zone)) zones.set(zone, new Map());
+    const racks = zones.get(zone);
+    if (!racks.has(rack)) racks.set(rack, []);
+    racks.get(rack).push(i);
+  });
+  groups.push({ key: "cluster", label: `cluster ${snap.cluster}: ${snap.gpus.count} GPUs`, depth: 0, ancestors: [], boxes: [] });
+  for (const [pool, zones] of byPool) {
+    const pk = `pool:${pool}`;
+    groups.push({ key: pk, label: `pool ${pool}`, depth: 1, ancestors: ["cluster"], boxes: [] });
+    for (const [zone, racks] of zones) {
+      const zk = `${pk}/zone:${zone}`;
+      groups.push({ key: zk, label: `zone ${zone}`, depth: 2, ancestors: ["cluster", pk], boxes: [] });
+      for (const [rack, nodes] of racks) {
+        const rk = `${zk}/rack:${rack}`;
+        groups.push({ key: rk, label: `rack ${rack} (${nodes.length} nodes)`, depth: 3, ancestors: ["cluster", pk, zk],
+                      boxes: nodes.map((i) => nodeBox(snap, i, gpusOf(i))) });
+      }
+    }
+  }
+  return groups;
+}
+
+function userGroups(snap) {
+  const gpusOf = nodeGpus(snap), owners = snap.owners, owner = snap.gpus.owner, groups = [];
+  const mineSlots = owners.job.map((_, s) => s).filter((s) => owners.mine[s]);
+  const nodeOf = [];
+  snap.nodes.gpus.forEach((count, i) => { for (let g = 0; g < count; g++) nodeOf.push(i); });
+  const taken = new Set();
+  groups.push({ key: "mine", label: `my jobs (${mineSlots.length})`, depth: 0, ancestors: [], boxes: [] });
+  for (const slot of mineSlots) {
+    const byNode = new Map();
+    owner.forEach((o, flat) => { if (o === slot) { taken.add(flat); (byNode.get(nodeOf[flat]) || byNode.set(nodeOf[flat], []).get(nodeOf[flat])).push(flat); } });
+    groups.push({ key: `job:${owners.job[slot]}`, label: `job ${owners.job[slot]} (${owners.gpus[slot]} GPUs)`, depth: 1,
+                  ancestors: ["mine"], boxes: [...byNode].map(([node, gpus]) => nodeBox(snap, node, gpus)) });
+  }
+  const rest = [];
+  snap.nodes.name.forEach((_, i) => {
+    const gpus = gpusOf(i).filter((f) => !taken.has(f));
+    if (gpus.length) rest.push(nodeBox(snap, i, gpus));
+  });
+  groups.push({ key: "rest", label: "the rest of the cluster", depth: 0, ancestors: [], boxes: rest });
+  return groups;
+}
+
+// ---- colours -----------------------------------------------------------------------------------
+function ramp(v) { // 0..1 -> dark blue .. green .. yellow (viridis-like)
+  const stops = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+  const x = Math.max(0, Math.min(1, v)) * (stops.length - 1), i = Math.min(Math.floor(x), stops.length - 2), f = x - i;
+  const c = stops[i].map((a, k) => Math.round(a + (stops[i + 1][k] - a) * f));
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+function ownerColour(slot, snap) {
+  if (slot < 0) return STATE_COLOURS[0];
+  if (snap.owners.job[slot] === "others") return "#484f58";
+  let h = 0; for (const ch of snap.owners.job[slot]) h = (h * 31 + ch.charCodeAt(0)) % 360;
+  return `hsl(${h},65%,${snap.owners.mine[slot] ? 60 : 45}%)`;
+}
+function tileColour(snap, flat) {
+  const state = snap.gpus.state.charCodeAt(flat) - 48;
+  if (ui.colour === "state") return STATE_COLOURS[state];
+  if (ui.colour === "owner") return ownerColour(snap.gpus.owner[flat], snap);
+  const v = snap.gpus.value[flat];
+  if (v < 0 || state === 0) return STATE_COLOURS[0];
+  return ramp((v - snap.metric.low) / (snap.metric.high - snap.metric.low));
+}
+
+function legend(snap) {
+  const el = document.getElementById("legend");
+  if (ui.colour === "state") {
+    el.innerHTML = snap.states.map((s, i) => `<span><i style="background:${STATE_COLOURS[i]}"></i>${s}</span>`).join("");
+  } else if (ui.colour === "owner") {
+    el.innerHTML = `<span>colour per job; grey: other users (aggregate)</span>`;
+  } else {
+    el.innerHTML = `<span><i style="background:${ramp(0)}"></i>${snap.metric.low} ${snap.metric.unit}</span>` +
+      `<span><i style="background:${ramp(1)}"></i>${snap.metric.high} ${snap.metric.unit}</span>`;
+  }
+  el.innerHTML += Object.entries(snap.badges).map(([b, bit]) => `<span><i style="background:${BADGE_COLOURS[bit]}"></i>${b}</span>`).join("");
+}
+
+// ---- drawing -----------------------------------------------------------------------------------
+function render() {
+  const snap = ui.snap; if (!snap) return;
+  const t0 = performance.now();
+  const canvas = document.getElementById("tiles");
+  const width = Math.max(300, canvas.parentElement.clientWidth - (document.getElementById("node-panel").hidden ? 0 : 370));
+  ui.layout = buildLayout(snap, width);
+  const ratio = window.devicePixelRatio || 1;
+  canvas.width = width * ratio; canvas.height = ui.layout.height * ratio;
+  canvas.style.width = `${width}px`; canvas.style.height = `${ui.layout.height}px`;
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  ctx.fillStyle = "#0d1117"; ctx.fillRect(0, 0, width, ui.layout.height);
+  ctx.font = "11px system-ui, sans-serif"; ctx.textBaseline = "middle";
+  let tiles = 0;
+  ui.tileAt = [];
+  for (const item of ui.layout.items) {
+    if (item.kind === "header") {
+      ctx.fillStyle = "#8b949e";
+      ctx.fillText(`${item.collapsed ? "▸" : "▾"} ${item.label}`, item.x, item.y + HEADER / 2);
+      continue;
+    }
+    ctx.strokeStyle = "#30363d"; ctx.strokeRect(item.x + 0.5, item.y + 0.5, item.w - 1, item.h - 1);
+    const cols = Math.min(item.gpus.length, 4) || 1;
+    item.gpus.forEach((flat, k) => {
+      const x = item.x + 1 + GAP + (k % cols) * (TILE + GAP), y = item.y + 1 + GAP + Math.floor(k / cols) * (TILE + GAP);
+      ctx.fillStyle = tileColour(snap, flat); ctx.fillRect(x, y, TILE, TILE);
+      const badges = parseInt(snap.gpus.badges[flat], 16);
+      if (badges) {
+        const bit = badges & 1 ? 1 : badges & 2 ? 2 : 4;
+        ctx.fillStyle = BADGE_COLOURS[bit]; ctx.fillRect(x + TILE - 4, y, 4, 4);
+      }
+      ui.tileAt.push([x, y, flat, item.node]);
+      tiles += 1;
+    });
+  }
+  ui.tiles = tiles; ui.renders += 1;
+  ui.lastRenderMs = performance.now() - t0;
+  if (ui.firstRenderMs === null) ui.firstRenderMs = performance.now();
+  canvas.dataset.tiles = String(tiles); canvas.dataset.gpus = String(snap.gpus.count);
+  canvas.dataset.renders = String(ui.renders); canvas.dataset.colour = ui.colour; canvas.dataset.layout = ui.layoutKind;
+  legend(snap);
+}
+
+function hit(event) {
+  const canvas = document.getElementById("tiles"), rect = canvas.getBoundingClientRect();
+  const x = event.clientX - rect.left, y = event.clientY - rect.top;
+  for (const item of ui.layout.items) {
+    if (x >= item.x && x < item.x + item.w && y >= item.y && y < item.y + item.h) {
+      if (item.kind === "header") return { header: item };
+      const tile = ui.tileAt.find(([tx, ty, , node]) => node === item.node && x >= tx && x < tx + TILE && y >= ty && y < ty + TILE);
+      return { node: item.node, flat: tile ? tile[2] : null };
+    }
+  }
+  return null;
+}
+
+function describeGpu(flat) {
+  const snap = ui.snap, slot = snap.gpus.owner[flat];
+  let node = 0, first = 0;
+  while (first + snap.nodes.gpus[node] <= flat) { first += snap.nodes.gpus[node]; node += 1; }
+  const state = snap.states[snap.gpus.state.charCodeAt(flat) - 48];
+  const owner = slot >= 0 ? `${snap.owners.job[slot]} (${snap.owners.user[slot]})` : "-";
+  const v = snap.gpus.value[flat];
+  return `${snap.nodes.name[node]} GPU ${flat - first}\n${state}\nowner ${owner}\n${snap.metric.label} ${v < 0 ? "-" : v + " " + snap.metric.unit}`;
+}
+
+async function openNode(node) {
+  const name = ui.snap.nodes.name[node];
+  const panel = document.getElementById("node-panel");
+  const data = await api(`/api/nodes/${encodeURIComponent(name)}`);
+  panel.hidden = false;
+  panel.dataset.node = name;
+  panel.innerHTML = `<b>${esc(name)}</b> <a id="close-node">close</a><div class="muted">${esc(data.pool)} / ${esc(data.zone)} / ${esc(data.rack)} · ${esc(data.resource_type)}</div>
+    <table><tr><th>GPU</th><th>state</th><th>job</th><th class="num">util</th><th class="num">mem%</th><th class="num">W</th><th class="num">°C</th><th>badges</th></tr>
+    ${data.gpus.map((g) => `<tr data-testid="node-gpu" data-gpu="${g.gpu}"><td>${g.gpu}</td><td class="state-${g.state}">${g.state}</td>
+      <td>${g.job && g.job !== "others" ? `<a data-job="${esc(g.job)}">${esc(g.job)}</a>` : esc(g.job || "")}</td>
+      <td class="num">${g.util ?? "-"}</td><td class="num">${g.memory ?? "-"}</td><td class="num">${g.power ?? "-"}</td><td class="num">${g.temp ?? "-"}</td>
+      <td>${g.badges.join(" ")}</td></tr>`).join("")}</table>`;
+  document.getElementById("close-node").onclick = () => { panel.hidden = true; render(); };
+  render();
+}
+
+// ---- data refresh -------------------------------------------------------------------------------
+async function refreshCluster() {
+  const metric = ["state", "owner"].includes(ui.colour) ? "util" : ui.colour;
+  const at = ui.at === null ? "" : `&at=${ui.at}`;
+  ui.snap = await api(`/api/cluster?metric=${metric}${at}`);
+  const scrub = document.getElementById("scrubber");
+  scrub.min = Math.floor(ui.snap.oldest_s); scrub.max = Math.ceil(ui.snap.now_s);
+  if (ui.at === null) scrub.value = scrub.max;
+  document.getElementById("scrub-label").textContent = ui.at === null ? "live" : fmtTime(ui.snap.time_s);
+  document.getElementById("clock").textContent = `${fmtTime(ui.snap.now_s)} (simulated)`;
+  render();
+}
+
+function table(headers, rows) {
+  return `<table><tr>${headers.map((h) => `<th>${h}</th>`).join("")}</tr>${rows.join("")}</table>`;
+}
+
+async function showMe() {
+  const me = await api("/api/me");
+  const el = document.getElementById("view-me");
+  el.innerHTML = `<div class="cards"><div class="card">GPUs in use<b>${me.gpus_in_use}</b></div>
+    <div class="card">my GPU efficiency<b>${me.efficiency_pct ?? "-"}${me.efficiency_pct === null ? "" : " %"}</b></div>
+    <div class="card">running<b>${me.running.length}</b></div><div class="card">pending<b>${me.pending.length}</b></div></div>
+    <h3>Running</h3>${table(["job", "GPUs", "pool", "started", "efficiency"], me.running.map((j) =>
+      `<tr data-testid="my-job"><td><a data-job="${esc(j.id)}">${esc(j.id)}</a></td><td class="num">${j.gpus}</td><td>${esc(j.pool)}</td><td>${fmtTime(j.start_s)}</td><td class="num">${j.efficiency_pct ?? "-"} %</td></tr>`))}
+    <h3>Pending</h3>${table(["job", "GPUs", "queue", "position", "waiting", "why", "estimated start"], me.pending.map((p) =>
+      `<tr><td><a data-job="${esc(p.id)}">${esc(p.id)}</a></td><td class="num">${p.gpus}</td><td>${esc(p.queue)}</td><td class="num">${p.position}</td><td>${fmtDur(p.wait_s)}</td><td class="reason">${p.plugin ? `[${esc(p.plugin)}] ` : ""}${esc(p.reason)}</td><td>${fmtTime(p.estimated_start_s)}</td></tr>`))}`;
+}
+
+async function showQueue() {
+  const q = await api("/api/queue");
+  document.getElementById("view-queue").innerHTML = q.queues.map((queue) => `<h3>queue ${esc(queue.queue)}:
+    ${queue.pending} pending, ${queue.gpus_wanted} GPUs wanted, oldest waits ${fmtDur(queue.oldest_wait_s)}${queue.hidden ? `, ${queue.hidden} of other users` : ""}</h3>
+    ${table(["pos", "job", "user", "GPUs", "waiting", "code", "why it waits", "estimated start"], queue.jobs.map((p) =>
+      `<tr data-testid="queue-job"><td class="num">${p.position}</td><td><a data-job="${esc(p.id)}">${esc(p.id)}</a></td><td>${esc(p.user)}</td><td class="num">${p.gpus}</td><td>${fmtDur(p.wait_s)}</td><td>${esc(p.code)}</td><td class="reason">${p.plugin ? `[${esc(p.plugin)}] ` : ""}${esc(p.reason)}</td><td>${fmtTime(p.estimated_start_s)}</td></tr>`))}`).join("") || "<p>Nothing is waiting.</p>";
+}
+
+async function showOperator() {
+  const s = await api("/api/operator/summary");
+  const el = document.getElementById("view-operator");
+  el.innerHTML = `<div class="cards">${Object.entries(s.by_state).map(([k, v]) => `<div class="card state-${k}">${k}<b>${v}</b></div>`).join("")}
+      <div class="card">idle allocated GPUs<b>${s.idle_allocated.gpus}</b></div></div>
+    <div class="controls">speed <input id="speed" type="number" min="0" value="${s.speed}" style="width:70px"> x
+      <button id="speed-set">set</button> <span class="muted">${s.paused ? "paused" : ""}</span></div>
+    <h3>Pools</h3>${table(["pool", "GPUs", "allocated", "free", "fragmented free", "largest free block", "queue", "GPUs wanted", "oldest wait"],
+      s.pools.map((p) => `<tr><td>${esc(p.pool)}</td><td class="num">${p.gpus}</td><td class="num">${p.allocated}</td><td class="num">${p.free}</td><td class="num">${p.fragmented_free}</td><td class="num">${p.largest_free_block}</td><td class="num">${p.queue_length}</td><td class="num">${p.gpus_wanted}</td><td>${fmtDur(p.oldest_wait_s)}</td></tr>`))}
+    <h3>Unhealthy GPUs</h3>${table(["node", "GPU", "badges"], s.unhealthy.map((u) => `<tr><td>${esc(u.node)}</td><td>${u.gpu}</td><td>${u.badges}</td></tr>`))}
+    <h3>Jobs holding idle GPUs</h3>${table(["job", "idle GPUs"], s.idle_allocated.top_jobs.map((j) => `<tr><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td class="num">${j.idle_gpus}</td></tr>`))}
+    <h3>Usage by user</h3>${table(["user", "GPUs"], s.users.map((u) => `<tr><td>${esc(u.user)}</td><td class="num">${u.gpus}</td></tr>`))}`;
+  document.getElementById("speed-set").onclick = async () => {
+    await api("/api/operator/speed", { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ speed: Number(document.getElementById("speed").value) }) });
+    showOperator();
+  };
+}
+
+async function showJob(jobId) {
+  ui.job = jobId;
+  const tab = document.getElementById("job-tab");
+  tab.hidden = false; tab.textContent = `Job ${jobId}`;
+  const info = document.getElementById("job-info");
+  let job;
+  try {
+    job = await api(`/api/jobs/${encodeURIComponent(jobId)}`);
+  } catch (error) {
+    info.innerHTML = `<p class="error" data-status="${error.status}">${error.status}: ${esc(error.message)}</p>`;
+    document.getElementById("job-heatmap").innerHTML = ""; document.getElementById("job-sparklines").innerHTML = "";
+    return;
+  }
+  info.innerHTML = `<h3 data-testid="job-title">${esc(job.id)} · ${esc(job.user)} · ${job.gpus} GPUs · ${esc(job.state)}</h3>
+    <p class="muted">submitted ${fmtTime(job.submit_s)}, started ${fmtTime(job.start_s)}, ended ${fmtTime(job.end_s)};
+    efficiency ${job.efficiency_pct ?? "-"} %; on ${job.placements.map((p) => `${esc(p.node)}[${p.gpus.join(",")}]`).join(" ")}</p>
+    ${job.pending ? `<p>Waiting: ${job.pending.plugin ? `[${esc(job.pending.plugin)}] ` : ""}${esc(job.pending.reason)}; position ${job.pending.position}; estimated start ${fmtTime(job.pending.estimated_start_s)}</p>` : ""}
+    ${job.last_wait_reason ? `<p class="muted">last wait reason: ${esc(job.last_wait_reason)}</p>` : ""}`;
+  const metric = document.getElementById("job-metric").value;
+  const t = await api(`/api/jobs/${encodeURIComponent(jobId)}/telemetry?metric=${metric}`);
+  const x = t.times_s.map(fmtTime);
+  if (t.ranks.length) await loadPlotly();
+  if (window.Plotly && t.ranks.length) {
+    Plotly.react("job-heatmap", [{ type: "heatmap", z: t.values, x, y: t.ranks, zmin: t.low, zmax: t.high, colorscale: "Viridis" }],
+      { title: `${metric} (${t.unit}) per rank over time`, height: Math.min(600, 140 + 18 * t.ranks.length),
+        paper_bgcolor: "#0d1117", plot_bgcolor: "#0d1117", font: { color: "#e6edf3" }, margin: { l: 110, r: 20, t: 40, b: 60 } },
+      { displayModeBar: false });
+  }
+  document.getElementById("job-sparklines").innerHTML = t.ranks.map((rank, i) => `<span class="spark" data-testid="sparkline"><span>${esc(rank)}</span>${sparkline(t.values[i], t.low, t.high)}</span>`).join("");
+}
+
+let plotlyLoading = null;
+function loadPlotly() { // plotly.js is 4.8 MB: fetched only when a chart is first needed, not before the tiles
+  if (window.Plotly) return Promise.resolve();
+  plotlyLoading = plotlyLoading || new Promise((resolve, reject) => {
+    const script = document.createElement("script");
+    script.src = "/vendor/plotly.min.js"; script.onload = resolve; script.onerror = reject;
+    document.head.appendChild(script);
+  });
+  return plotlyLoading;
+}
+
+function sparkline(values, low, high) {
+  const w = 160, h = 26, n = values.length;
+  if (!n) return "<svg></svg>";
+  const pts = values.map((v, i) => v === null ? null : `${(i / Math.max(1, n - 1)) * w},${h - ((v - low) / (high - low)) * h}`).filter(Boolean);
+  return `<svg width="${w}" height="${h}"><polyline fill="none" stroke="#58a6ff" stroke-width="1.2" points="${pts.join(" ")}"/></svg>`;
+}
+
+// ---- navigation --------------------------------------------------------------------------------
+async function show(view) {
+  ui.view = view;
+  document.querySelectorAll("#tabs button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+  document.querySelectorAll(".view").forEach((v) => { v.hidden = v.id !== `view-${view}`; });
+  if (view === "cluster") await refreshCluster();
+  if (view === "me") await showMe();
+  if (view === "queue") await showQueue();
+  if (view === "operator") await showOperator();
+  if (view === "job" && ui.job) await showJob(ui.job);
+}
+
+async function openJob(jobId) { ui.job = jobId; await show("job"); }
+
+function wire() {
+  document.querySelectorAll("#tabs button").forEach((b) => { b.onclick = () => show(b.dataset.view); });
+  document.getElementById("colour").onchange = (e) => { ui.colour = e.target.value; saveSettings(); refreshCluster(); };
+  document.getElementById("layout").onchange = (e) => { ui.layoutKind = e.target.value; saveSettings(); render(); };
+  document.getElementById("job-metric").onchange = () => ui.job && showJob(ui.job);
+  document.getElementById("scrubber").oninput = (e) => {
+    const v = Number(e.target.value);
+    ui.at = v >= Number(e.target.max) ? null : v; refreshCluster();
+  };
+  document.getElementById("live").onclick = () => { ui.at = null; refreshCluster(); };
+  const canvas = document.getElementById("tiles"), tip = document.getElementById("tooltip");
+  canvas.onclick = (e) => {
+    const found = hit(e); if (!found) return;
+    if (found.header) {
+      const key = found.header.key;
+      ui.collapsed.has(key) ? ui.collapsed.delete(key) : ui.collapsed.add(key);
+      saveSettings(); render();
+    } else openNode(found.node);
+  };
+  canvas.onmousemove = (e) => {
+    const found = ui.layout && hit(e);
+    if (found && found.flat !== null && found.flat !== undefined) {
+      tip.hidden = false; tip.textContent = describeGpu(found.flat);
+      tip.style.left = `${e.clientX + 12}px`; tip.style.top = `${e.clientY + 12}px`;
+    } else tip.hidden = true;
+  };
+  canvas.onmouseleave = () => { tip.hidden = true; };
+  document.body.addEventListener("click", (e) => {
+    const link = e.target.closest("a[data-job]");
+    if (link) { e.preventDefault(); openJob(link.dataset.job); }
+  });
+  window.addEventListener("resize", () => render());
+  document.getElementById("token-save").onclick = () => {
+    localStorage.setItem("loadmaster.token", document.getElementById("token-input").value.trim());
+    location.hash = ""; location.reload();
+  };
+}
+
+function canvasHash() {
+  const canvas = document.getElementById("tiles");
+  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let h = 2166136261;
+  for (let i = 0; i < data.length; i += 4) { h ^= data[i] | (data[i + 1] << 8) | (data[i + 2] << 16); h = Math.imul(h, 16777619) >>> 0; }
+  return h.toString(16);
+}
+
+async function start() {
+  wire();
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (fromHash) { localStorage.setItem("loadmaster.token", fromHash); history.replaceState(null, "", location.pathname); }
+  ui.token = localStorage.getItem("loadmaster.token");
+  if (!ui.token) { document.getElementById("login").hidden = false; return; }
+  try {
+    ui.me = await api("/api/me");
+  } catch (error) {
+    document.getElementById("login").hidden = false; return;
+  }
+  document.getElementById("who").textContent = `${ui.me.name} (${ui.me.role})`;
+  document.body.dataset.role = ui.me.role;
+  document.querySelectorAll("[data-role=operator]").forEach((el) => { el.hidden = ui.me.role !== "operator"; });
+  loadSettings();
+  await show(ui.me.role === "user" ? "cluster" : "cluster");
+  document.body.dataset.ready = "true";
+  setInterval(() => { if (ui.view === "cluster" && ui.at === null) refreshCluster().catch(() => {}); }, 2000);
+}
+
+window.loadmaster = {
+  tileCount: () => ui.tiles,
+  gpuCount: () => (ui.snap ? ui.snap.gpus.count : 0),
+  canvasHash,
+  renders: () => ui.renders,
+  lastRenderMs: () => ui.lastRenderMs,
+  firstRenderMs: () => ui.firstRenderMs,
+  snapshot: () => ui.snap,
+  nodeTile: (name) => { // the centre of a node's first tile, in page coordinates, for click tests
+    const node = ui.snap.nodes.name.indexOf(name);
+    const tile = ui.tileAt.find((t) => t[3] === node); if (!tile) return null;
+    const r = document.getElementById("tiles").getBoundingClientRect();
+    return { x: r.left + tile[0] + TILE / 2, y: r.top + tile[1] + TILE / 2 };
+  },
+  setColour: (c) => { ui.colour = c; document.getElementById("colour").value = c; return refreshCluster(); },
+  setLayout: (l) => { ui.layoutKind = l; document.getElementById("layout").value = l; render(); },
+  openJob,
+  pause: () => { ui.at = ui.snap ? ui.snap.time_s : null; },
+};
+
+document.addEventListener("DOMContentLoaded", start);

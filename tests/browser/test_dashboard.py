@@ -1,0 +1,146 @@
+"""The dashboard in real Chromium (Playwright): one tile per GPU, views change the picture, access control.
+
+The demo server runs in a thread with its stepper off, so the cluster holds
+still while the page is checked. Screenshots go to out/test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from playwright.sync_api import sync_playwright
+
+from loadmaster.serve import DemoOptions, build_demo, create_app
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
+
+
+def _need_chromium() -> None:
+    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
+        message = f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, Any]]:
+    """A demo server on a free port: (base URL, demo)."""
+    demo = build_demo(DemoOptions(history_s=1800.0))
+    port = _free_port()
+    config = uvicorn.Config(
+        create_app(demo, run_stepper=False), host="127.0.0.1", port=port, log_level="warning"
+    )
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not srv.started:
+        if time.monotonic() > deadline:
+            pytest.fail("the demo server did not start within 20 s")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}", demo
+    srv.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    _need_chromium()
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def _open(browser: Any, base: str, token: str) -> Any:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{base}/#token={token}")
+    page.wait_for_selector("body[data-ready=true]", timeout=20_000)
+    return page
+
+
+def _shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
+
+
+def test_one_tile_per_gpu_and_views_change_the_picture(server: tuple[str, Any], browser: Any) -> None:
+    base, demo = server
+    page = _open(browser, base, demo.tokens.token_of("operator"))
+    gpus = demo.sim.nodes.total_gpus
+    assert page.evaluate("window.loadmaster.tileCount()") == gpus
+    assert page.get_attribute("#tiles", "data-tiles") == str(gpus)
+    assert page.get_attribute("#tiles", "data-gpus") == str(gpus)
+    _shot(page, "operator-state")
+    by_state = page.evaluate("window.loadmaster.canvasHash()")
+
+    page.select_option("#colour", "util")
+    page.wait_for_selector("#tiles[data-colour=util]")
+    assert page.evaluate("window.loadmaster.tileCount()") == gpus
+    by_util = page.evaluate("window.loadmaster.canvasHash()")
+    assert by_util != by_state
+    _shot(page, "operator-util")
+
+    page.select_option("#layout", "user")
+    page.wait_for_selector("#tiles[data-layout=user]")
+    assert page.evaluate("window.loadmaster.tileCount()") == gpus
+    assert page.evaluate("window.loadmaster.canvasHash()") != by_util
+    page.close()
+
+
+def test_clicking_a_node_opens_its_gpus(server: tuple[str, Any], browser: Any) -> None:
+    base, demo = server
+    page = _open(browser, base, demo.tokens.token_of("operator"))
+    node = demo.sim.nodes.nodes[0]
+    point = page.evaluate(f"window.loadmaster.nodeTile({node.name!r})")
+    page.mouse.click(point["x"], point["y"])
+    page.wait_for_selector(f"#node-panel[data-node='{node.name}']")
+    assert page.locator("#node-panel [data-testid=node-gpu]").count() == node.gpus
+    _shot(page, "node-panel")
+    page.close()
+
+
+def test_user_sees_own_job_and_is_refused_anothers(server: tuple[str, Any], browser: Any) -> None:
+    base, demo = server
+    users = [p.name for _, p in demo.tokens.principals() if not p.is_operator]
+    user = users[0]
+    running = demo.sim.cluster.running.values()
+    own = next(r.job.id for r in running if r.job.user == user)
+    other = next(r.job.id for r in running if r.job.user != user)
+    page = _open(browser, base, demo.tokens.token_of(user))
+    assert page.evaluate("window.loadmaster.tileCount()") == demo.sim.nodes.total_gpus
+    page.click("#tabs button[data-view=me]")
+    page.wait_for_selector("[data-testid=my-job]")
+    _shot(page, "user-me")
+
+    page.evaluate(f"window.loadmaster.openJob({own!r})")
+    page.wait_for_selector("[data-testid=job-title]")
+    assert own in page.inner_text("[data-testid=job-title]")
+    page.wait_for_selector("[data-testid=sparkline]")
+    _shot(page, "user-own-job")
+
+    page.evaluate(f"window.loadmaster.openJob({other!r})")
+    page.wait_for_selector("#job-info .error[data-status='403']")
+    _shot(page, "user-other-job-403")
+    assert page.locator("#tabs button[data-view=operator]").is_hidden()
+    page.close()
