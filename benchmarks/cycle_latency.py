@@ -146,7 +146,7 @@ def measure(name: str, snap: ClusterSnapshot, now: float, cycles: int) -> dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cycles", type=int, default=30)
+    parser.add_argument("--cycles", type=int, default=100)
     parser.add_argument("--seed", type=int, default=5)
     args = parser.parse_args()
     nodes = cluster()

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from collections.abc import Callable, Collection, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
 import numpy as np
@@ -24,27 +23,6 @@ _ACTIONS: dict[str, Callable[[Session], None]] = {
     "backfill": backfill.run,
     "preempt": preempt.run,
 }
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for one cycle, then restore it as it was.
-
-    A cycle on a large cluster allocates tens of thousands of small objects
-    (statuses, placements, views) that stay alive until it ends. The cyclic
-    collector would promote them and run full collections over the whole heap
-    in the middle of the cycle (about 45 ms each at 1,250 nodes and 7,000
-    jobs, every fourth or fifth cycle): the cycle's tail latency. Reference
-    counting frees them anyway; the collector's own work moves to between
-    cycles, when the scheduler waits for the next event. Decisions do not change.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class Scheduler:
@@ -72,11 +50,28 @@ class Scheduler:
         """Lane -> id of the head job committed to in the last cycle (only when ``_commits``)."""
 
     def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
-        """Decide what to bind now, and say why every other pending job waits."""
+        """Decide what to bind now, and say why every other pending job waits.
+
+        Python's cyclic garbage collector is paused for the cycle. A cycle on a
+        large cluster allocates tens of thousands of small objects (statuses,
+        placements, views) that stay alive until it ends; the collector would
+        promote them and run full collections over the whole heap in the middle
+        of the cycle (about 45 ms each at 1,250 nodes and 7,000 jobs, every
+        fourth or fifth cycle): the cycle's tail latency. Reference counting
+        frees them anyway; the collector's work moves to between cycles, when
+        the scheduler waits for the next event. Decisions do not change.
+        """
         if not snapshot.pending:
             return CycleResult(decisions=())
-        with _collector_paused():
+        # Not a context manager: creating one allocates, and the first allocation after a cycle
+        # would start the collection that the previous cycle put off, inside this one.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
             return self._cycle(snapshot, now, rng)
+        finally:
+            if enabled:
+                gc.enable()
 
     def _cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         session = self._session(snapshot, now, rng, snapshot.pending, snapshot.queues())
