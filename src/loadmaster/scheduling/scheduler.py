@@ -113,10 +113,14 @@ class Scheduler:
         items = list(pending)
         jobs = [p.job for p in items]
         per_plugin = [plugin.order_keys(jobs, ctx) for plugin in plugins]
-        keys = [
-            (*(part for keys in parts for part in keys), job.submit_s, job.id)
-            for job, *parts in zip(jobs, *per_plugin, strict=True)
-        ]
+        keys: list[tuple[object, ...]]
+        if len(per_plugin) == 1:  # the usual case: one unpacking per job, no generator
+            keys = [(*key, job.submit_s, job.id) for key, job in zip(per_plugin[0], jobs, strict=True)]
+        else:
+            keys = [
+                (*(part for keys in parts for part in keys), job.submit_s, job.id)
+                for job, *parts in zip(jobs, *per_plugin, strict=True)
+            ]
         order = sorted(range(len(items)), key=keys.__getitem__)
         return [items[i] for i in order]
 

@@ -91,8 +91,11 @@ def try_place(
     if isinstance(allowed, Status):
         return allowed
     mark = state.mark()
-    with session.ctx.viewing(state):
+    if state is session.ctx.state:  # the common case: no view to switch to (a context manager costs)
         placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
+    else:
+        with session.ctx.viewing(state):
+            placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
     permit = _permit(session, pending, len(placed))
     if not permit.ok or not placed:
         state.rollback(mark)

@@ -48,7 +48,8 @@ class _Shadows:
         self.reservations = reservations
         self._cache: dict[Hashable, WorkingState] = {}
         self._starts: list[float] = []
-        self._by_start: list[int] = []
+        self._keys: list[Hashable] = ["now"]
+        """Memo key of the shadow less the first k reservations in start order, for each k."""
         session.bind_listeners.append(self.on_bind)
 
     def on_bind(self, placements: Sequence[TaskPlacement]) -> None:
@@ -63,22 +64,22 @@ class _Shadows:
         ones a run from now overlaps are those starting before ``end_s``: a
         prefix of the reservations in start order, found by bisection.
         """
-        if len(self._by_start) != len(self.reservations):
+        if len(self._keys) != len(self.reservations) + 1:
             order = sorted(range(len(self.reservations)), key=lambda i: self.reservations[i].start_s)
-            self._by_start = order
             self._starts = [self.reservations[i].start_s for i in order]
+            self._keys = ["now"] + [("shadow", tuple(sorted(order[:k]))) for k in range(1, len(order) + 1)]
         count = bisect.bisect_left(self._starts, end_s)
         if not count:
             return "now", self.session.ctx.state
-        overlapping = tuple(sorted(self._by_start[:count]))
-        cached = self._cache.get(overlapping)
+        key = self._keys[count]
+        cached = self._cache.get(key)
         if cached is None:
             cached = without(self.session.ctx.state, self.reservations, self.session.ctx.now, end_s)
             if cached is self.session.ctx.state:
                 cached = cached.copy()
-            self._cache[overlapping] = cached
+            self._cache[key] = cached
         # Binds only shrink a shadow, so failures memoised under this key stay true after them.
-        return ("shadow", overlapping), cached
+        return key, cached
 
 
 class _Futures:
@@ -148,8 +149,11 @@ class _Walk:
             return
         run_s = self.plugin.estimate_s(job, ctx)
         key, view = self.shadows.view(ctx.now + run_s)
-        status = self._too_late(ctx.now + run_s) or try_place(
-            session, pending, self.scoring, view, key, job_shape=shape
+        known = None if pending.bound or reserving else session.failed_shapes.get((key, shape))
+        status = (
+            self._too_late(ctx.now + run_s)
+            or known  # failed on this very view before: the common case once the cluster is full
+            or try_place(session, pending, self.scoring, view, key, job_shape=shape)
         )
         if status.ok:
             session.statuses.pop(job.id, None)
