@@ -125,9 +125,10 @@ def commit(
     session.state_version += 1
     for listener in session.bind_listeners:
         listener(placed)
-    gpus = sum(p.gpu_milli * len(p.gpu_indices) for p in placed) / MILLI_PER_GPU
-    for plugin in session.profile.admit:
-        plugin.on_bind(pending.job, gpus, session.ctx)
+    if session.profile.admit:
+        gpus = sum(p.gpu_milli * len(p.gpu_indices) for p in placed) / MILLI_PER_GPU
+        for plugin in session.profile.admit:
+            plugin.on_bind(pending.job, gpus, session.ctx)
 
 
 def _permit(session: Session, pending: PendingJob, placed: int) -> Status:

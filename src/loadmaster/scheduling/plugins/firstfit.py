@@ -17,6 +17,16 @@ class FirstFit(ScorePlugin):
 
     name = "first-fit"
 
+    def __init__(self, args: object | None = None) -> None:
+        super().__init__(args)
+        self._scores: dict[int, FloatArray] = {}
+        """The scores by cluster size: they depend on nothing else, and every placement asks."""
+
     def score(self, job: Job, request: TaskRequest, ctx: CycleContext) -> FloatArray:
         count = len(ctx.state.nodes)
-        return -np.arange(count, dtype=float) / count
+        scores = self._scores.get(count)
+        if scores is None:
+            scores = -np.arange(count, dtype=float) / count
+            scores.flags.writeable = False  # shared by every caller: nobody may change it
+            self._scores[count] = scores
+        return scores
