@@ -44,6 +44,7 @@ class Scheduler:
         self._shapes: dict[int, tuple[Job, int]] = {}
         self._shape_ids: dict[Hashable, int] = {}
         self._static_of: dict[int, int] = {}
+        self._lanes: dict[int, tuple[Job, str]] = {}
         self._flat: dict[int, Any] = {}
         self._commits = any(p.commits_head for p in profile.order)
         self._heads: dict[str, str] = {}
@@ -102,6 +103,7 @@ class Scheduler:
             shapes=self._shapes,
             shape_ids=self._shape_ids,
             static_of=self._static_of,
+            lane_cache=self._lanes,
             flat_placements=self._flat,
         )
 
@@ -155,6 +157,10 @@ class Scheduler:
         return cached
 
     def _check_feasible(self, job: Job, nodes: NodeTable) -> Status:
+        if job.request.mig_profile is not None:
+            # MIG layouts change at run time (re-planning, reboots) and are not part of the
+            # node table: a MIG request waits, with its reason, rather than being rejected.
+            return SUCCESS
         probe = PendingJob(job)
         empty = ClusterSnapshot.empty(nodes, [probe])
         # A fixed seed: feasibility must not depend on (or consume) the run's random stream.

@@ -38,6 +38,8 @@ class Session:
     shape_ids: dict[Hashable, int] = field(default_factory=dict)
     """Shape number of each distinct shape (kept across cycles by the scheduler)."""
     static_of: dict[int, int] = field(default_factory=dict)
+    lane_cache: dict[int, tuple[Job, str]] = field(default_factory=dict)
+    """Each job's lane by object id (kept across cycles by the scheduler)."""
     """For each shape number, the number of its static part: pool, type, selector, filter keys."""
     failed_requests: dict[Hashable, list[tuple[tuple[int, int, int, int], Status]]] = field(
         default_factory=dict
@@ -65,8 +67,17 @@ class Session:
         self.strict = any(p.strict for p in self.profile.order)
         self._split = any(p.splits_queues for p in self.profile.order)
         if self._split:
-            self._lanes = {p.job.id: self.profile.lane(p.job) for p in self.queue}
+            self._lanes = {p.job.id: self._lane_of(p.job) for p in self.queue}
             self.queues_pending = frozenset(self._lanes.values())
+
+    def _lane_of(self, job: Job) -> str:
+        """The profile's lane for ``job``, remembered by job object across cycles (a pure function of it)."""
+        cached = self.lane_cache.get(id(job))
+        if cached is not None and cached[0] is job:
+            return cached[1]
+        lane = self.profile.lane(job)
+        self.lane_cache[id(job)] = (job, lane)
+        return lane
 
     def lane(self, job: Job) -> str:
         """The queue ``job`` competes in (see :meth:`Profile.lane`)."""
