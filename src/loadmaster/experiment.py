@@ -18,7 +18,9 @@ from loadmaster.config import Cluster, Workload
 from loadmaster.metrics import RunSummary, summarize, wait_reasons
 from loadmaster.report import write_html_report, write_job_table, write_plots, write_timeline
 from loadmaster.scheduling import Profile, Scheduler
+from loadmaster.scheduling.mig_plan import with_interactive_default
 from loadmaster.sim import RunResult, SimOptions, simulate
+from loadmaster.sim.mig import MigSimOptions
 from loadmaster.workload import offered_load
 
 
@@ -44,11 +46,13 @@ def compare(
 ) -> list[ProfileRun]:
     """Run every profile on the same jobs; ``progress(profile, jobs_done)`` reports as it goes."""
     runs = []
+    mig = MigSimOptions(cluster.mig) if cluster.mig else None
+    jobs = with_interactive_default(workload.jobs, cluster.mig) if cluster.mig else workload.jobs
     for profile in profiles:
         report = (lambda n, name=profile.name: progress(name, n)) if progress else None
-        options = SimOptions(seed=seed, period_s=period_s, progress=report, explain=explain)
+        options = SimOptions(seed=seed, period_s=period_s, progress=report, explain=explain, mig=mig)
         started = time.perf_counter()
-        result = simulate(cluster.nodes, Scheduler(profile), workload.jobs, options)
+        result = simulate(cluster.nodes, Scheduler(profile), jobs, options)
         wall = time.perf_counter() - started
         runs.append(ProfileRun(profile, result, summarize(result.jobs, result.timeline), wall))
     return runs

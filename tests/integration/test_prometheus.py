@@ -1,4 +1,9 @@
-"""A real Prometheus scrapes loadmaster's exposition of synthetic telemetry; PrometheusStore reads it back."""
+"""A real Prometheus scrapes loadmaster's exposition of synthetic telemetry; PrometheusStore reads it back.
+
+Two targets: a bare :class:`MetricsServer` over a hand-made plan, and the
+live demo's own ``/metrics`` (``loadmaster serve --demo``, scraped with the
+operator's bearer token as a production Prometheus would).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +11,24 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+import uvicorn
 
+from loadmaster.serve import DemoOptions, build_demo, create_app
+from loadmaster.serve.demo import Demo
 from loadmaster.telemetry import field
 from loadmaster.telemetry.exposition import MetricsServer, latest_values
 from loadmaster.telemetry.memory import MemoryStore
 from loadmaster.telemetry.prometheus import PrometheusStore
+from loadmaster.telemetry.store import Series
 from loadmaster.telemetry.synthetic import GpuRef, JobSpec, NodeSpec, SyntheticTelemetry, TelemetryPlan
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -48,21 +59,24 @@ def source() -> MemoryStore:
     return store
 
 
-@pytest.fixture(scope="module")
-def prometheus(source: MemoryStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def _prometheus_binary() -> str:
     binary = shutil.which("prometheus") or (PROMETHEUS if Path(PROMETHEUS).exists() else None)
     if binary is None:
         if os.environ.get("CI") == "true":
             pytest.fail("the prometheus binary is missing; CI must install it (.ci/run)")
         pytest.skip("the prometheus binary is not installed")
-    server = MetricsServer(lambda: latest_values(source), host="127.0.0.1", port=0).start()
-    folder = tmp_path_factory.mktemp("prometheus")
+    return binary
+
+
+def run_prometheus(folder: Path, target: str, extra: str = "") -> tuple[str, subprocess.Popen[bytes]]:
+    """Start Prometheus scraping ``target`` (host:port) every second; return its URL and process."""
+    binary = _prometheus_binary()
     config = folder / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         "scrape_configs:\n"
         "  - job_name: loadmaster\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{server.port}']}}]\n"
+        f"    static_configs: [{{targets: ['{target}']}}]\n{extra}"
     )
     port = free_port()
     process = subprocess.Popen(
@@ -75,7 +89,14 @@ def prometheus(source: MemoryStore, tmp_path_factory: pytest.TempPathFactory) ->
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{port}", process
+
+
+@pytest.fixture(scope="module")
+def prometheus(source: MemoryStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    _prometheus_binary()
+    server = MetricsServer(lambda: latest_values(source), host="127.0.0.1", port=0).start()
+    url, process = run_prometheus(tmp_path_factory.mktemp("prometheus"), f"127.0.0.1:{server.port}")
     try:
         wait_for_scrapes(url, process)
         yield url
@@ -144,3 +165,76 @@ def test_latest_and_range_match_the_exposed_values(
     expected = np.array([want[k] for k in want])[:, None]
     np.testing.assert_allclose(got.mean[:, -1:], expected)
     np.testing.assert_allclose(got.peak[:, -1:], expected)
+
+
+# ---------------------------------------------------------------------------- the demo's own /metrics
+
+
+@dataclass(frozen=True)
+class DemoTarget:
+    """The served demo and the Prometheus scraping it."""
+
+    prometheus: str
+    base: str
+    demo: Demo
+
+
+@pytest.fixture(scope="module")
+def demo_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoTarget]:
+    """The demo served by uvicorn (stepper off, so values hold still) and a Prometheus scraping it."""
+    _prometheus_binary()
+    demo = build_demo(DemoOptions(history_s=1800.0))
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(demo, run_stepper=False), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline:
+            pytest.fail("the demo server did not start within 20 s")
+        time.sleep(0.05)
+    token = demo.tokens.token_of("operator")
+    auth = f"    authorization: {{credentials: '{token}'}}\n"
+    url, process = run_prometheus(tmp_path_factory.mktemp("prometheus-demo"), f"127.0.0.1:{port}", auth)
+    try:
+        wait_for_scrapes(url, process)
+        yield DemoTarget(url, f"http://127.0.0.1:{port}", demo)
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_demo_metrics_need_the_operator_token(demo_target: DemoTarget) -> None:
+    demo = demo_target.demo
+    user = next(p.name for _, p in demo.tokens.principals() if not p.is_operator)
+    assert httpx.get(f"{demo_target.base}/metrics").status_code == 401
+    headers = {"Authorization": f"Bearer {demo.tokens.token_of(user)}"}
+    assert httpx.get(f"{demo_target.base}/metrics", headers=headers).status_code == 403
+
+
+@pytest.mark.parametrize("key", ["GPU_UTIL", "FB_USED", "GPU_TEMP", "ECC_DBE_VOL_TOTAL", "NODE_IB_TX_BYTES"])
+def test_prometheus_reads_back_the_demo(demo_target: DemoTarget, key: str) -> None:
+    """Every series of the demo comes back with its labels (job and user included), and its values."""
+    f = field(key)
+    store = demo_target.demo.store
+    want_series = {_identity(s): s for s in store.series()}
+    by_id = {s.id: _identity(s) for s in want_series.values()}
+    want = {by_id[i]: v for i, v in store.latest(f).items()}
+    assert want, f"the demo stores no {key}"
+    with PrometheusStore(demo_target.prometheus) as reader:
+        series = {_identity(s): s for s in reader.series()}
+        latest = reader.latest(f)
+    assert series.keys() == want_series.keys()
+    assert {k: dict(s.labels) for k, s in series.items()} == {
+        k: dict(s.labels) for k, s in want_series.items()
+    }
+    got_by_id = {s.id: k for k, s in series.items()}
+    assert {got_by_id[i]: v for i, v in latest.items()} == pytest.approx(want)
+
+
+def _identity(series: Series) -> str:
+    return series.labels.get("UUID") or series.labels["Hostname"]

@@ -12,6 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from loadmaster import __version__
+from loadmaster.cli import diagnose as diagnose_commands
+from loadmaster.cli import mig as mig_commands
 from loadmaster.cli import trace as trace_commands
 from loadmaster.cli import workload as workload_commands
 from loadmaster.cli.agent import agent as agent_command
@@ -38,6 +40,8 @@ app = typer.Typer(
 
 app.add_typer(trace_commands.app, name="trace")
 app.add_typer(workload_commands.app, name="workload")
+app.add_typer(diagnose_commands.app, name="diagnose")
+app.add_typer(mig_commands.app, name="mig")
 app.command(name="agent")(agent_command)
 app.command("serve")(serve_command)
 

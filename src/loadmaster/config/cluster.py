@@ -23,7 +23,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from loadmaster.config.yamlfile import YamlDocument, find_document, validate
-from loadmaster.model import Node, NodeTable, ResourceType
+from loadmaster.errors import ModelError
+from loadmaster.model import MigPoolConfig, Node, NodeTable, ResourceType
+from loadmaster.model.mig import mig_model_for, parse_layout, profile_name
 
 
 class _Strict(BaseModel):
@@ -54,11 +56,22 @@ class NodeGroupSpec(_Strict):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class MigSpec(_Strict):
+    """A pool's GPUs in MIG mode: ``layout`` like ``"3g.40gb + 2g.20gb + 1g.10gb x2"`` (see docs/mig.md)."""
+
+    layout: str = Field(min_length=1)
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    """MIG mode on the first this many GPUs of each node; default all."""
+    interactive_default: str | None = None
+    """Profile for single-task jobs of at most one GPU that name none (``1g.10gb``)."""
+
+
 class PoolSpec(_Strict):
     """A set of node groups scheduled together (training, interactive, ...)."""
 
     description: str = ""
     node_groups: list[NodeGroupSpec] = Field(min_length=1)
+    mig: MigSpec | None = None
 
 
 class ClusterSpec(_Strict):
@@ -78,6 +91,8 @@ class Cluster:
     source: str
     description: str
     nodes: NodeTable
+    mig: tuple[MigPoolConfig, ...] = ()
+    """The pools whose GPUs are in MIG mode."""
 
 
 BUILTIN_CLUSTERS = ("lab", "large")
@@ -106,7 +121,36 @@ def cluster_from_document(doc: YamlDocument) -> Cluster:
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         raise doc.error(["pools"], "two node groups share a name; node group names must be unique")
-    return Cluster(spec.name, doc.source, spec.description, NodeTable.build(nodes, types))
+    mig = tuple(
+        _mig_config(doc, name, pool, types) for name, pool in spec.pools.items() if pool.mig is not None
+    )
+    return Cluster(spec.name, doc.source, spec.description, NodeTable.build(nodes, types), mig)
+
+
+def _mig_config(
+    doc: YamlDocument, pool_name: str, pool: PoolSpec, types: dict[str, ResourceType]
+) -> MigPoolConfig:
+    """Check a pool's MIG section against every GPU model in the pool; errors name the field and line."""
+    mig = pool.mig
+    path: list[str | int] = ["pools", pool_name, "mig"]
+    if mig is None:
+        raise doc.error(path, "no MIG section")
+    for group in pool.node_groups:
+        gpu_model = types[group.resource_type].gpu_model
+        model = mig_model_for(gpu_model)
+        if model is None:
+            raise doc.error([*path], f"node group {group.name}: GPU {gpu_model} does not support MIG")
+        try:
+            parse_layout(model, mig.layout)
+        except ModelError as exc:
+            raise doc.error([*path, "layout"], f"{mig.layout!r}: {exc}") from None
+        if mig.interactive_default is not None:
+            try:
+                model.profile(profile_name(mig.interactive_default))
+            except ModelError as exc:
+                raise doc.error([*path, "interactive_default"], str(exc)) from None
+    default = profile_name(mig.interactive_default) if mig.interactive_default is not None else None
+    return MigPoolConfig(pool_name, mig.layout, mig.gpus_per_node, default)
 
 
 def _expand(pool: str, group: NodeGroupSpec, rtype: ResourceType) -> list[Node]:

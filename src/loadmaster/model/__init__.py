@@ -9,6 +9,7 @@ from loadmaster.model.job import (
     TraceJob,
     size_class,
 )
+from loadmaster.model.mig import MigInstance, MigPool, MigPoolConfig, MigSlot
 from loadmaster.model.node import Node, NodeTable
 from loadmaster.model.outcome import JobTable, Timeline
 from loadmaster.model.resources import MILLI_PER_GPU, ResourceType, TaskRequest
@@ -22,6 +23,10 @@ __all__ = [
     "DecayedUsage",
     "Job",
     "JobTable",
+    "MigInstance",
+    "MigPool",
+    "MigPoolConfig",
+    "MigSlot",
     "Node",
     "NodeTable",
     "PendingJob",

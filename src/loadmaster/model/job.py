@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from loadmaster.errors import ModelError
+from loadmaster.model.mig import MigSlot
 from loadmaster.model.resources import MILLI_PER_GPU, TaskRequest
 
 SIZE_CLASSES: tuple[tuple[str, float, float], ...] = (
@@ -101,7 +102,8 @@ class TaskPlacement:
     """One task on one node: the node's index in the node table and the GPUs it holds.
 
     ``gpu_milli`` is what the task takes from each GPU in ``gpu_indices``
-    (1000 for whole GPUs, less for a shared GPU).
+    (1000 for whole GPUs, less for a shared GPU). A task on a MIG instance
+    holds no GPU of ``gpu_indices`` (it is empty) but the one ``mig`` slot.
     """
 
     node: int
@@ -109,6 +111,7 @@ class TaskPlacement:
     gpu_milli: int
     cpu_milli: int
     memory_mib: int
+    mig: MigSlot | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loadmaster.errors import ModelError
+from loadmaster.model.mig import profile_name
 
 MILLI_PER_GPU = 1000
 """milli-GPU in one whole GPU."""
@@ -44,12 +45,16 @@ class TaskRequest:
 
     ``gpu_milli`` is either below 1000 (a share of one GPU) or a whole multiple
     of 1000 (that many whole GPUs on the same node); a task never spans nodes.
+    ``mig_profile`` (``1g.10gb``) asks for exactly one MIG instance of that
+    profile instead, and then ``gpu_milli`` must be 0: a container can use only
+    one MIG device, and never a MIG device plus other GPUs.
     """
 
     gpu_milli: int
     cpu_milli: int = 0
     memory_mib: int = 0
     gpu_memory_mib: int = 0
+    mig_profile: str | None = None
 
     def __post_init__(self) -> None:
         if self.gpu_milli < 0 or self.cpu_milli < 0 or self.memory_mib < 0:
@@ -59,6 +64,13 @@ class TaskRequest:
                 f"task request gpu_milli={self.gpu_milli}: a request above one GPU must be "
                 f"a whole number of GPUs (a multiple of {MILLI_PER_GPU})"
             )
+        if self.mig_profile is not None:
+            object.__setattr__(self, "mig_profile", profile_name(self.mig_profile))
+            if self.gpu_milli:
+                raise ModelError(
+                    f"task request mig_profile={self.mig_profile}, gpu_milli={self.gpu_milli}: a task "
+                    "gets exactly one MIG device and no other GPU; set gpu_milli to 0"
+                )
 
     @property
     def whole_gpus(self) -> int:

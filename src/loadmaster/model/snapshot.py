@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.model.job import PendingJob, RunningJob
+from loadmaster.model.mig import MigPool
 from loadmaster.model.node import NodeTable
 from loadmaster.model.resources import MILLI_PER_GPU
 
@@ -46,6 +47,9 @@ class ClusterSnapshot:
     """Past GPU-seconds with half-life decay, keyed ``user/<name>`` and ``group/<name>`` (fair share)."""
     recent_runtimes_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Run times of each user's most recent finished jobs, newest last (runtime prediction)."""
+    mig: MigPool | None = None
+    """The MIG-mode GPUs with their layouts and free instances (None: no GPU is in MIG mode).
+    A MIG-mode GPU shows 0 free in ``gpu_free_milli``: only MIG requests can use it. Read only."""
 
     def queues(self) -> frozenset[str]:
         """Names of the queues that hold pending jobs."""

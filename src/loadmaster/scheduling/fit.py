@@ -57,11 +57,20 @@ def capacity(state: WorkingState, request: TaskRequest) -> IntArray:
     elif request.is_fractional:
         per_gpu = state.gpu_free // request.gpu_milli
         cap = np.minimum(cap, per_gpu.sum(axis=1))
+    elif request.mig_profile is not None:
+        cap = np.minimum(cap, mig_free(state, request.mig_profile))
     if request.cpu_milli:
         cap = np.minimum(cap, state.cpu_free // request.cpu_milli)
     if request.memory_mib:
         cap = np.minimum(cap, state.memory_free // request.memory_mib)
     return cap
+
+
+def mig_free(state: WorkingState, profile: str) -> IntArray:
+    """Free MIG instances of ``profile`` on ready GPUs, per node (zeros when no GPU is in MIG mode)."""
+    if state.mig is None:
+        return np.zeros(len(state.nodes), dtype=np.int64)
+    return state.mig.free_count(profile)
 
 
 def fits_one(state: WorkingState, request: TaskRequest) -> BoolArray:
@@ -70,6 +79,8 @@ def fits_one(state: WorkingState, request: TaskRequest) -> BoolArray:
         mask = state.whole_free >= request.whole_gpus
     elif request.is_fractional:
         mask = state.largest_share >= request.gpu_milli
+    elif request.mig_profile is not None:
+        mask = mig_free(state, request.mig_profile) >= 1
     else:
         mask = np.ones(len(state.nodes), dtype=bool)
     if request.cpu_milli:
@@ -91,15 +102,18 @@ def explain(state: WorkingState, request: TaskRequest, allowed: BoolArray) -> st
         checks.append(("gpu", request.whole_gpus, state.whole_free, "largest free block is {v}"))
     elif request.is_fractional:
         checks.append(("gpu", request.gpu_milli, state.largest_share, "largest free share is {v}m"))
+    elif request.mig_profile is not None:
+        phrase = "most free is {v}"
+        checks.append((f"MIG {request.mig_profile}", 1, mig_free(state, request.mig_profile), phrase))
     checks.append(("cpu", request.cpu_milli, state.cpu_free, "most free is {v}m"))
     checks.append(("memory", request.memory_mib, state.memory_free, "most free is {v} MiB"))
     candidates = allowed.copy()
     for resource, wanted, free, phrase in checks:
         best = int(np.argmax(np.where(candidates, free, -1)))
         if free[best] < wanted or not candidates[best]:
-            unit = {"gpu": "" if request.whole_gpus else "m", "cpu": "m", "memory": " MiB"}
+            unit = {"gpu": "" if request.whole_gpus else "m", "cpu": "m", "memory": " MiB"}.get(resource, "")
             text = phrase.format(v=int(free[best]) if candidates[best] else 0)
-            return f"{resource}: want {wanted}{unit[resource]} on one node, {text} on {names[best].name}"
+            return f"{resource}: want {wanted}{unit} on one node, {text} on {names[best].name}"
         candidates &= free >= wanted
     return "no node can take the task"
 

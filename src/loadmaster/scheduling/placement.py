@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from loadmaster.errors import ModelError
 from loadmaster.model import MILLI_PER_GPU, NodeTable, PendingJob, TaskPlacement, TaskRequest
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.framework import (
@@ -111,6 +112,11 @@ def place_job(
     used: list[int] = []
     placed: list[TaskPlacement] = []
     choose = topology.choose_node if topology is not None else default_choose_node
+    take = _take_task
+    if request.mig_profile is not None:
+        # MIG instances cannot talk over NVLink: a gang of them gains nothing from sharing a node
+        # or a rack, so no topology rule applies: the best-scoring node with room, then the next.
+        choose, take = mig_choose_node, _take_mig_task
     # Taking t tasks from a node lowers its capacity by exactly t (every term of the minimum in
     # fit.capacity drops by t) and leaves other nodes alone: computed once, then kept in step.
     cap = np.where(allowed, fit.capacity(ctx.state, request), 0)
@@ -121,7 +127,7 @@ def place_job(
             return placed, unschedulable(_shortfall(pending, placed, allowed, ctx), "fit")
         taken = min(int(cap[node]), remaining)
         for _ in range(taken):
-            placed.append(_take_task(ctx, node, request))
+            placed.append(take(ctx, node, request))
         cap[node] -= taken
         remaining -= taken
         used.append(node)
@@ -137,7 +143,8 @@ def _place_one(
     if not fits.any():
         return [], unschedulable(_shortfall(pending, [], allowed, ctx), "fit")
     node = _best(fits, scoring.combined(pending, ctx))
-    return [_take_task(ctx, node, request)], SUCCESS
+    take = _take_task if request.mig_profile is None else _take_mig_task
+    return [take(ctx, node, request)], SUCCESS
 
 
 def _take_task(ctx: CycleContext, node: int, request: TaskRequest) -> TaskPlacement:
@@ -150,6 +157,32 @@ def _take_task(ctx: CycleContext, node: int, request: TaskRequest) -> TaskPlacem
         memory_mib=request.memory_mib,
     )
     ctx.state.take(placement)
+    return placement
+
+
+def mig_choose_node(
+    capacity: npt.NDArray[np.int64],
+    remaining: int,
+    used: Sequence[int],
+    scores: FloatArray,
+    nodes: NodeTable,
+) -> int:
+    """Node rule for MIG tasks: the best-scoring node with a free instance, one task at a time.
+
+    No fewest-nodes or same-rack preference: MIG instances are never
+    NVLink-connected, so a MIG gang has no topology to gain.
+    """
+    del remaining, used, nodes
+    has_room = capacity > 0
+    return _best(has_room, scores) if has_room.any() else -1
+
+
+def _take_mig_task(ctx: CycleContext, node: int, request: TaskRequest) -> TaskPlacement:
+    """One MIG instance of ``request``'s profile on ``node``, taken from ``ctx.state``."""
+    profile = request.mig_profile or ""
+    placement = ctx.state.take_mig(node, profile, request.cpu_milli, request.memory_mib)
+    if placement is None:
+        raise ModelError(f"node {node}: fit found a free MIG {profile} instance that the state does not have")
     return placement
 
 

@@ -16,6 +16,8 @@ import numpy.typing as npt
 from loadmaster.model import (
     MILLI_PER_GPU,
     ClusterSnapshot,
+    MigInstance,
+    MigPool,
     NodeTable,
     TaskPlacement,
     gpu_summary,
@@ -43,7 +45,9 @@ class WorkingState:
 
     ``whole_free[i]`` counts wholly free GPUs of node ``i``; ``largest_share[i]``
     is the largest free share of any single GPU on it (milli-GPU), and
-    ``free_milli[i]`` the free milli-GPU summed over its GPUs.
+    ``free_milli[i]`` the free milli-GPU summed over its GPUs. ``mig`` is the
+    cycle's copy of the MIG-mode GPUs (None when the cluster has none); MIG
+    placements go through :meth:`take_mig`, so whole and shared GPUs pay nothing for it.
     """
 
     nodes: NodeTable
@@ -53,6 +57,7 @@ class WorkingState:
     whole_free: IntArray
     largest_share: IntArray
     free_milli: IntArray
+    mig: MigPool | None = None
     _log: list[TaskPlacement] = field(init=False, default_factory=list)
 
     @classmethod
@@ -66,6 +71,7 @@ class WorkingState:
             whole_free=snapshot.whole_free.copy(),
             largest_share=snapshot.largest_share.copy(),
             free_milli=snapshot.free_milli.copy(),
+            mig=snapshot.mig.copy() if snapshot.mig is not None else None,
         )
 
     def _refresh(self, node: int) -> None:
@@ -76,6 +82,32 @@ class WorkingState:
         """Mark ``placement``'s resources as used and log it for a possible rollback."""
         self._apply(placement, -1)
         self._log.append(placement)
+
+    def take_mig(self, node: int, profile: str, cpu_milli: int, memory_mib: int) -> TaskPlacement | None:
+        """Take a free instance of ``profile`` on ``node`` (and the CPU and memory); None if none is free."""
+        slot = self.mig.choose(node, profile) if self.mig is not None else None
+        if slot is None or self.mig is None:
+            return None
+        placement = TaskPlacement(node, (), 0, cpu_milli, memory_mib, mig=slot)
+        self.mig.occupy(node, slot)
+        self._apply(placement, -1)
+        self._log.append(placement)
+        return placement
+
+    def _mig(self, placement: TaskPlacement, sign: int) -> None:
+        """Occupy (-1) or vacate (+1) a MIG placement's instance, if this state tracks it and it is so."""
+        slot, pool = placement.mig, self.mig
+        if slot is None or pool is None:
+            return
+        gpu = pool.gpus.get((placement.node, slot.gpu))
+        instance = MigInstance(slot.profile, slot.start)
+        if gpu is None or not gpu.ready or instance not in gpu.layout:
+            return  # a reconfigured or rebooting GPU: the instance is gone from this view
+        used = gpu.used[gpu.layout.index(instance)]
+        if sign < 0 and not used:
+            pool.occupy(placement.node, slot)
+        elif sign > 0 and used:
+            pool.vacate(placement.node, slot)
 
     def _apply(self, placement: TaskPlacement, sign: int) -> None:
         """Update one node in place; the per-node summaries change by exact deltas (this is the hot path)."""
@@ -103,6 +135,8 @@ class WorkingState:
             and self.cpu_free[node] >= placement.cpu_milli
             and self.memory_free[node] >= placement.memory_mib
         )
+        if placement.mig is not None:
+            self._mig(placement, -1)
         if fits:
             self._apply(placement, -1)  # the usual case, with exact incremental summaries
             return
@@ -114,6 +148,8 @@ class WorkingState:
 
     def release(self, placement: TaskPlacement) -> None:
         """Give a placement's resources back without logging (a future view of the cluster)."""
+        if placement.mig is not None:
+            self._mig(placement, +1)
         self._apply(placement, +1)
 
     def held(self, placements: Sequence[TaskPlacement]) -> Held:
@@ -148,6 +184,7 @@ class WorkingState:
             whole_free=self.whole_free.copy(),
             largest_share=self.largest_share.copy(),
             free_milli=self.free_milli.copy(),
+            mig=self.mig.copy() if self.mig is not None else None,
         )
 
     def mark(self) -> int:
@@ -157,4 +194,7 @@ class WorkingState:
     def rollback(self, mark: int) -> None:
         """Undo every placement taken since ``mark``, newest first."""
         while len(self._log) > mark:
-            self._apply(self._log.pop(), +1)
+            placement = self._log.pop()
+            if placement.mig is not None:
+                self._mig(placement, +1)
+            self._apply(placement, +1)

@@ -4,7 +4,9 @@
 that calls :meth:`Demo.tick` every ``step_interval_s`` wall seconds (off the
 event loop, under the demo's lock), so simulated time moves at the demo's
 speed while requests are served. Every ``/api`` route but ``/api/health``
-needs a bearer token; roles are checked in the route, on the server.
+needs a bearer token; roles are checked in the route, on the server. ``/metrics``
+serves the demo's telemetry in dcgm-exporter's format to an operator token, so
+a Prometheus can scrape it (``authorization`` in its scrape config).
 """
 
 import asyncio
@@ -27,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from loadmaster.serve import views
 from loadmaster.serve.auth import AuthError, Principal, require_operator
 from loadmaster.serve.demo import Demo
+from loadmaster.telemetry.exposition import CONTENT_TYPE, latest_values, render
 
 STATIC = Path(str(resources.files("loadmaster.serve") / "static"))
 
@@ -235,6 +238,15 @@ def _routes(app: FastAPI, demo: Demo, cache: _SnapshotCache) -> None:
         require_operator(who)
         with demo.lock:
             return body(views.operator_summary(demo))
+
+    @app.get("/metrics")
+    def metrics(who: Who) -> Response:
+        """The demo's telemetry as dcgm-exporter's text exposition, for Prometheus (operator token:
+        the series carry every user's job labels)."""
+        require_operator(who)
+        with demo.lock:
+            latest = latest_values(demo.store)
+        return Response(render(latest), media_type=CONTENT_TYPE)
 
     @app.post("/api/operator/speed")
     def speed(who: Who, change: SpeedChange) -> dict[str, Any]:

@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from loadmaster.config import load_cluster, load_profiles, load_workload, select_profiles
 from loadmaster.config.cluster import Cluster, cluster_from_document
@@ -29,7 +30,7 @@ from loadmaster.config.yamlfile import YamlDocument, find_document
 from loadmaster.errors import ConfigError
 from loadmaster.scheduling import Scheduler
 from loadmaster.serve.auth import TokenTable
-from loadmaster.serve.feed import DemoFeed
+from loadmaster.serve.feed import DASHBOARD_FIELDS, DemoTelemetry
 from loadmaster.serve.gpus import GpuIndex, TelemetryView, series_positions
 from loadmaster.serve.live import LiveSimulator
 from loadmaster.sim import SimOptions
@@ -42,6 +43,8 @@ LAB_GPUS = 160
 BACKFILL_S = 3600.0
 """Simulated time before the demo starts serving for which telemetry is generated (the rest of the
 warm-up only schedules), so a job page has an hour of history from the first second."""
+SAMPLE_BATCH_STEPS = 30
+"""Telemetry steps generated and stored in one batch (bounds memory when the demo jumps ahead)."""
 LAB_JOBS_PER_GPU_DAY = 4000 / 160 / 14.9
 """Jobs per GPU per day of the built-in lab workload (4,000 jobs over about 14.9 days on 160 GPUs)."""
 
@@ -74,6 +77,8 @@ class DemoOptions:
     """Seed of the workload, the scheduler's random choices and the synthetic telemetry."""
     sample_users: int = 3
     """Users given demo tokens: the ones holding the most GPUs when the demo starts."""
+    fields: tuple[str, ...] | None = DASHBOARD_FIELDS
+    """Telemetry fields generated and stored; None: every field of the schema (about half again the data)."""
 
     def __post_init__(self) -> None:
         checks = {
@@ -92,14 +97,18 @@ class DemoOptions:
 
 
 class TelemetrySource(Protocol):
-    """What feeds the demo's store: the series of every GPU, and a batch of samples at a time."""
+    """What feeds the demo's store (:class:`~loadmaster.serve.feed.DemoTelemetry`)."""
 
     def series(self) -> list[Series]:
-        """Every series this source writes, with its labels (registered once, relabelled per sample)."""
+        """Every series this source writes, with its labels (registered once, relabelled as jobs change)."""
         ...
 
-    def sample(self, time_s: float, sim: LiveSimulator) -> pa.Table:
-        """Samples of every GPU at ``time_s`` in SAMPLE_SCHEMA, given the cluster state of ``sim``."""
+    def observe(self, time_s: float, sim: LiveSimulator) -> list[Series]:
+        """Take in the cluster at ``time_s`` (a telemetry step); return the series whose labels changed."""
+        ...
+
+    def samples(self, start_s: float, end_s: float, interval_s: float) -> pa.Table:
+        """Samples every ``interval_s`` in ``(start_s, end_s]`` in SAMPLE_SCHEMA, for the steps observed."""
         ...
 
 
@@ -165,19 +174,35 @@ class Demo:
             self.advance(wall_s * self.speed)
 
     def advance(self, sim_s: float) -> None:
-        """Advance simulated time by ``sim_s``, sampling telemetry at every telemetry step on the way."""
+        """Advance simulated time by ``sim_s``, with telemetry at every telemetry step on the way.
+
+        The source observes the cluster at each step; the samples of all the steps passed are then
+        generated and stored in batches of at most :data:`SAMPLE_BATCH_STEPS` steps (the samples
+        depend only on what was observed and the time, so generating later changes nothing).
+        """
+        step = self.options.telemetry_step_s
         with self.lock:
             target = self.sim.now_s + sim_s
+            first = self._next_sample_s
+            relabelled: dict[int, Series] = {}
             while self._next_sample_s <= target:
                 self.sim.advance_to(self._next_sample_s)
-                self._sample(self._next_sample_s)
-                self._next_sample_s += self.options.telemetry_step_s
+                relabelled |= {s.id: s for s in self.source.observe(self._next_sample_s, self.sim)}
+                self._next_sample_s += step
             self.sim.advance_to(target)
+            if relabelled:
+                self.store.register(list(relabelled.values()))
+            steps = round((self._next_sample_s - first) / step)
+            for lo in range(0, steps, SAMPLE_BATCH_STEPS):
+                hi = min(steps, lo + SAMPLE_BATCH_STEPS)
+                self._append(self.source.samples(first + (lo - 1) * step, first + (hi - 1) * step, step))
 
-    def _sample(self, time_s: float) -> None:
-        batch = self.source.sample(time_s, self.sim)
+    def _append(self, batch: pa.Table) -> None:
         self.store.append(batch)
-        self.telemetry.remember(_latest_by_key(batch))
+        times = batch.column("time_s")
+        if batch.num_rows:
+            newest = pc.equal(times, pc.max(times))
+            self.telemetry.remember(_latest_by_key(batch.filter(newest)))
 
     def set_speed(self, speed: float) -> None:
         """Change the speed (simulated seconds per wall second); 0 pauses."""
@@ -202,13 +227,7 @@ def _latest_by_key(batch: pa.Table) -> Mapping[str, Mapping[int, float]]:
     return out
 
 
-SourceFactory = Callable[[LiveSimulator, TelemetryStore, int], TelemetrySource]
-"""Makes the demo's telemetry source from the simulator, the store (for relabelling) and the seed."""
-
-
-def build_demo(
-    options: DemoOptions, store: TelemetryStore | None = None, source_factory: SourceFactory = DemoFeed
-) -> Demo:
+def build_demo(options: DemoOptions, store: TelemetryStore | None = None) -> Demo:
     """Build, warm up and return the demo. The store defaults to an in-memory DuckDB that keeps
     ``history_s`` of raw samples."""
     if store is None:
@@ -231,7 +250,7 @@ def build_demo(
     # Telemetry for the last hour of the warm-up only: enough for job pages, and ready in seconds.
     warm_start = max(sim.now_s, options.warmup_s - min(options.history_s, BACKFILL_S))
     sim.advance_to(warm_start)
-    source = source_factory(sim, store, options.seed)
+    source = DemoTelemetry(sim, begin_s=warm_start, seed=options.seed, fields=options.fields)
     tokens = TokenTable.generate(_sample_users(sim, options.sample_users), ["operator"])
     demo = Demo(sim, store=store, source=source, tokens=tokens, options=options, cluster_name=cluster.name)
     demo.advance(max(0.0, options.warmup_s - warm_start))

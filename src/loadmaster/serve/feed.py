@@ -1,106 +1,165 @@
-"""The demo's telemetry feed: one series per GPU, labelled as dcgm-exporter labels them, sampled from the sim.
+"""The demo's telemetry: the live simulator's state handed to :class:`SyntheticTelemetry` as its plan.
 
-A small, vectorised source so the demo runs on any cluster size: busy
-GPUs follow a training step (compute phases broken by communication dips),
-a fixed share of jobs sit idle on their allocation (the waste the operator
-view shows), and a few GPUs carry faults (an XID error, ECC errors, thermal
-throttling) so that every badge appears. Values are deterministic given the
-seed, the time and the cluster state.
+There is one generator of synthetic telemetry,
+:class:`~loadmaster.telemetry.synthetic.SyntheticTelemetry`; this module only
+adapts the live cluster to it. At every telemetry step :meth:`DemoTelemetry.observe`
+reads the simulator and keeps the generator's jobs in step with it:
+
+- a running job becomes a :class:`JobSpec` on its exact GPUs from its start to
+  its expected end (start + duration, as the simulator will complete it); a
+  fixed share of jobs (:data:`IDLE_JOB_SHARE`) are idle allocations (notebooks
+  left open, stuck data loaders), the waste the operator view shows;
+- the bound part of a gang that has not started yet is an idle allocation from
+  when it was first seen until the gang starts;
+- a job that leaves early (preempted) or an allocation that changes is ended
+  at the time it was seen gone.
+
+Faults are injected at build time on a small share of GPUs
+(:data:`FAULTY_GPU_SHARE`): XID errors, ECC errors and thermal throttling, so
+that every badge appears; :attr:`DemoTelemetry.truth` keeps their ground truth.
+Samples are a pure function of the plan and the time, so the demo generates a
+whole stretch of steps in one call after moving the simulator through it.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Collection
+
 import numpy as np
 import pyarrow as pa
 
+from loadmaster.model import TaskPlacement
 from loadmaster.serve.gpus import GpuIndex
-from loadmaster.serve.live import FREE, LiveSimulator
-from loadmaster.telemetry import SAMPLE_SCHEMA, field, field_code
-from loadmaster.telemetry.store import Series, TelemetryStore
+from loadmaster.serve.live import LiveSimulator
+from loadmaster.telemetry.schema import Field, field
+from loadmaster.telemetry.store import Series
+from loadmaster.telemetry.synthetic import (
+    Fault,
+    FaultKind,
+    GpuRef,
+    JobSpec,
+    SyntheticTelemetry,
+    TelemetryPlan,
+    Workload,
+    node_specs,
+)
 
 IDLE_JOB_SHARE = 0.12
 """Share of jobs that hold their GPUs without using them (notebooks left open, stuck data loaders)."""
-RELABEL_MAX_GPUS = 2000
-"""Above this many GPUs the feed does not relabel series with their job and user on every change:
-re-registering hundreds of series per sample costs more than a tick (about 2 ms a series in DuckDB
-here). The dashboard does not need it; it knows each GPU's job from the scheduler's state."""
 FAULTY_GPU_SHARE = 0.004
-"""Share of GPUs with an injected fault, split between XID, ECC and throttling."""
+"""Share of GPUs with an injected fault, split between XID, ECC and thermal throttling."""
+DASHBOARD_FIELDS = ("GPU_UTIL", "SM_ACTIVE", "PIPE_TENSOR_ACTIVE", "FB_USED", "FB_FREE", "POWER_USAGE",
+                    "GPU_TEMP", "SM_CLOCK", "XID_ERRORS", "CLOCKS_EVENT_REASONS", "ECC_SBE_VOL_TOTAL",
+                    "ECC_DBE_VOL_TOTAL", "NODE_IB_TX_BYTES", "NODE_IB_RX_BYTES")  # fmt: skip
+"""The fields the demo stores by default: what the dashboard reads and badges, plus tensor activity,
+clocks and InfiniBand for the exposition. The rest of the schema costs storage and nothing shown."""
 
-_FIELDS = ("GPU_UTIL", "SM_ACTIVE", "FB_USED", "FB_FREE", "POWER_USAGE", "GPU_TEMP",
-           "XID_ERRORS", "CLOCKS_EVENT_REASONS")  # fmt: skip
-_ECC = field("ECC_DBE_VOL_TOTAL")
-"""Sent only by GPUs that have had ECC errors, as a sparse counter (most GPUs never report one)."""
+Key = tuple[float, tuple[TaskPlacement, ...], Workload]
+"""What a job's spec was made from: its start, placements and workload; a change ends the spec."""
 
 
-class DemoFeed:
-    """Synthetic per-GPU samples for the live demo (see the module docstring)."""
+def demo_faults(index: GpuIndex, begin_s: float, end_s: float, seed: int) -> tuple[Fault, ...]:
+    """XID, ECC and thermal faults on about :data:`FAULTY_GPU_SHARE` of the GPUs, deterministic in ``seed``.
 
-    def __init__(self, sim: LiveSimulator, store: TelemetryStore, seed: int = 0) -> None:
+    XID and throttling faults are on from before ``begin_s`` until ``end_s``; each ECC fault's
+    double-bit error (at its midpoint) falls in the first hour after ``begin_s``.
+    """
+    rng = np.random.default_rng(seed)
+    hit = np.flatnonzero(rng.random(index.size) < FAULTY_GPU_SHARE)
+    kinds = rng.integers(0, 3, hit.size)
+    offsets = rng.uniform(0.0, 3600.0, hit.size)
+    names = [n.name for n in index.nodes.nodes]
+    faults = []
+    for flat, kind, offset in zip(hit.tolist(), kinds.tolist(), offsets.tolist(), strict=True):
+        gpu = (GpuRef(names[int(index.node[flat])], int(index.gpu[flat])),)
+        if kind == 1:
+            mid = begin_s + offset
+            faults.append(Fault(FaultKind.ECC, mid - 3600.0, mid + 3600.0, gpus=gpu))
+        else:
+            chosen = FaultKind.XID if kind == 0 else FaultKind.THERMAL
+            faults.append(Fault(chosen, begin_s - offset, max(end_s, begin_s + 1.0), gpus=gpu))
+    return tuple(faults)
+
+
+class DemoTelemetry:
+    """Telemetry of the live demo cluster, generated by :class:`SyntheticTelemetry` (module docstring)."""
+
+    def __init__(
+        self, sim: LiveSimulator, *, begin_s: float, seed: int = 0, fields: Collection[str] | None = None
+    ) -> None:
         self.index = GpuIndex.of(sim.nodes)
-        self.store = store
-        rng = np.random.default_rng(seed)
-        n = self.index.size
-        self.phase = rng.uniform(0, 2 * np.pi, n)
-        fault = rng.random(n) < FAULTY_GPU_SHARE
-        kinds = rng.integers(0, 3, n)
-        self.xid = np.where(fault & (kinds == 0), 79, 0)
-        self.ecc = np.where(fault & (kinds == 1), 2, 0)
-        self.throttle = np.where(fault & (kinds == 2), 0x40, 0)
-        self.memory_mib = np.array(
-            [
-                sim.nodes.resource_types[sim.nodes.nodes[i].resource_type].gpu_memory_mib
-                for i in self.index.node
-            ]
-        )
-        names = [n.name for n in sim.nodes.nodes]
-        models = [sim.nodes.resource_types[n.resource_type].gpu_model for n in sim.nodes.nodes]
-        self._base = [
-            {"gpu": str(g), "UUID": f"GPU-{names[nd]}-{g}", "Hostname": names[nd], "modelName": models[nd]}
-            for nd, g in zip(self.index.node.tolist(), self.index.gpu.tolist(), strict=True)
-        ]
-        self._owner = np.full(n, FREE, dtype=np.int32)
-        self._codes = np.array([field_code(field(k)) for k in _FIELDS], dtype=np.int32)
+        last_submit = sim.jobs[-1].job.submit_s if sim.jobs else begin_s
+        faults = demo_faults(self.index, begin_s, last_submit + 7 * 86_400.0, seed)
+        plan = TelemetryPlan(nodes=node_specs(sim.nodes), faults=faults, seed=seed)
+        self.generator = SyntheticTelemetry(plan)
+        self.fields: frozenset[Field] | None = None if fields is None else frozenset(field(f) for f in fields)
+        self._open: dict[str, tuple[Key, int]] = {}
+        """Job id -> (what its spec was made from, its index in the generator)."""
+        self._job_of_gpu = np.full(self.index.size, -1, dtype=np.int64)
+        """The generator index of the job each GPU's labels name (-1: none)."""
+
+    @property
+    def truth(self) -> tuple[Fault, ...]:
+        """The injected faults: kind, target GPUs and interval of each."""
+        return self.generator.truth
 
     def series(self) -> list[Series]:
-        return [Series(i, "gpu", labels) for i, labels in enumerate(self._base)]
+        """Every series: GPUs (labelled as dcgm-exporter labels them), then one per node."""
+        return self.generator.series()
 
-    def sample(self, time_s: float, sim: LiveSimulator) -> pa.Table:
-        owner = self.index.flat(sim.owner)
-        self._relabel(owner, sim)
-        busy = owner != FREE
-        job_hash = (owner.astype(np.int64) * 2654435761) % 1000 / 1000.0
-        idle = busy & (job_hash < IDLE_JOB_SHARE)
-        step = 0.5 + 0.5 * np.sin(time_s / 45.0 + self.phase + owner)
-        util = np.where(busy & ~idle, 72 + 25 * step, np.where(idle, 1.0, 0.0))
-        sm = util / 100 * (0.6 + 0.3 * job_hash)
-        used = np.where(busy, self.memory_mib * (0.3 + 0.6 * job_hash), 0.0)
-        power = 60 + 3.2 * util
-        temp = 32 + 0.45 * util + np.where(self.throttle > 0, 25, 0)
-        values = np.stack([util, sm, used, self.memory_mib - used, power, temp,
-                           self.xid, self.throttle]).astype(np.float64)  # fmt: skip
-        n = self.index.size
-        ecc = np.flatnonzero(self.ecc)
-        return pa.table(
-            {
-                "time_s": np.full(values.size + ecc.size, time_s),
-                "series": np.concatenate((np.tile(np.arange(n), len(_FIELDS)), ecc)).astype(np.int32),
-                "field": np.concatenate((np.repeat(self._codes, n), np.full(ecc.size, field_code(_ECC)))),
-                "value": np.concatenate((values.ravel(), self.ecc[ecc].astype(np.float64))),
-            },
-            schema=SAMPLE_SCHEMA,
-        )
+    def observe(self, time_s: float, sim: LiveSimulator) -> list[Series]:
+        """Bring the generator's jobs up to the cluster at ``time_s``; return the relabelled GPU series."""
+        current = self._current(sim, time_s)
+        for job_id, (key, number) in list(self._open.items()):
+            if current.get(job_id) != key:
+                if self.generator.jobs[number].spec.end_s > time_s:
+                    self.generator.end_job(number, time_s)
+                del self._open[job_id]
+        for job_id, key in current.items():
+            if job_id not in self._open:
+                self._open[job_id] = (key, self.generator.add_job(self._spec(sim, job_id, key, time_s)))
+        return self._relabel()
 
-    def _relabel(self, owner: np.ndarray, sim: LiveSimulator) -> None:
-        """Give the store the job and user of every GPU whose owner changed since the last sample."""
-        changed = np.flatnonzero(owner != self._owner)
-        if changed.size and self.index.size <= RELABEL_MAX_GPUS:
-            updates = []
-            for i in changed.tolist():
-                labels = dict(self._base[i])
-                if owner[i] != FREE:
-                    job = sim.jobs[int(owner[i])].job
-                    labels |= {"job": job.id, "user": job.user}
-                updates.append(Series(i, "gpu", labels))
-            self.store.register(updates)
-            self._owner = owner.copy()
+    def samples(self, start_s: float, end_s: float, interval_s: float) -> pa.Table:
+        """Samples every ``interval_s`` in ``(start_s, end_s]``, in SAMPLE_SCHEMA."""
+        return self.generator.samples(start_s, end_s, interval_s, self.fields)
+
+    def _current(self, sim: LiveSimulator, time_s: float) -> dict[str, Key]:
+        out: dict[str, Key] = {}
+        for job_id, running in sim.cluster.running.items():
+            idle = _idle_job(sim.index[job_id])
+            out[job_id] = (running.start_s, running.placements, Workload.IDLE if idle else Workload.TRAINING)
+        for job_id, pending in sim.cluster.pending.items():
+            if pending.bound:
+                seen = self._open.get(job_id)
+                start = seen[0][0] if seen is not None and seen[0][1] == pending.bound else time_s
+                out[job_id] = (start, pending.bound, Workload.IDLE)
+        return out
+
+    def _spec(self, sim: LiveSimulator, job_id: str, key: Key, time_s: float) -> JobSpec:
+        start, placements, workload = key
+        trace = sim.jobs[sim.index[job_id]]
+        running = job_id in sim.cluster.running
+        end = start + trace.duration_s if running else math.inf
+        names = [n.name for n in sim.nodes.nodes]
+        gpus = tuple(sorted({GpuRef(names[p.node], int(g)) for p in placements for g in p.gpu_indices}))
+        return JobSpec(job_id, trace.job.user, gpus, min(start, time_s), max(end, start + 1.0), workload)
+
+    def _relabel(self) -> list[Series]:
+        """GPU series whose job or user label changed since the last call."""
+        now = np.full(self.index.size, -1, dtype=np.int64)
+        for _, number in self._open.values():
+            now[self.generator.jobs[number].rows] = number
+        changed = np.flatnonzero(now != self._job_of_gpu)
+        self._job_of_gpu = now
+        jobs = self.generator.jobs
+        return [
+            self.generator.gpu_series(int(row), jobs[int(now[row])].spec if now[row] >= 0 else None)
+            for row in changed
+        ]
+
+
+def _idle_job(number: int) -> bool:
+    """Whether job ``number`` is one of the idle allocations (a fixed hash, so the same jobs every run)."""
+    return (number * 2654435761) % 1000 / 1000.0 < IDLE_JOB_SHARE

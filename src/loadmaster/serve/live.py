@@ -1,10 +1,10 @@
 """The simulator stepped in wall-clock time: the live demo cluster behind ``loadmaster serve --demo``.
 
-:class:`LiveSimulator` is :class:`~loadmaster.sim.Simulator` with its event
-loop opened up: :meth:`LiveSimulator.advance_to` runs the same loop body as
-``Simulator.run`` (pop the due events, carry them out with the simulator's own
-handlers, run one cycle of the same :class:`~loadmaster.scheduling.Scheduler`,
-bind), but only up to a time, so a background task can move simulated time
+:class:`LiveSimulator` is :class:`~loadmaster.sim.Simulator` driven one
+:meth:`~loadmaster.sim.Simulator.step` at a time, the same loop body
+``Simulator.run`` uses (pop the due events, carry them out, run one cycle of
+the same :class:`~loadmaster.scheduling.Scheduler`, bind):
+:meth:`LiveSimulator.advance_to` steps only up to a time, so a background task can move simulated time
 forward as the wall clock ticks. There is no second scheduler and no second
 copy of the event handlers.
 
@@ -26,7 +26,6 @@ import numpy.typing as npt
 from loadmaster.model import NodeTable, PendingJob, RunningJob, TaskPlacement, TraceJob
 from loadmaster.scheduling import Scheduler, Status
 from loadmaster.sim import SimOptions, Simulator
-from loadmaster.sim.events import Kind
 
 IntGrid = npt.NDArray[np.int32]
 
@@ -71,10 +70,7 @@ class LiveSimulator(Simulator):
         frame_step_s: float = 300.0,
     ) -> None:
         super().__init__(nodes, scheduler, jobs, options)
-        for i, trace in enumerate(self.jobs):
-            self.events.push(trace.job.submit_s, Kind.ARRIVAL, i)
-        if options.period_s is not None and self.jobs:
-            self.events.push(self.jobs[0].job.submit_s, Kind.TICK)
+        self.start()
         self.now_s = self.jobs[0].job.submit_s if self.jobs else 0.0
         self.owner: IntGrid = np.full((len(nodes), nodes.max_gpus), FREE, dtype=np.int32)
         self.records: dict[str, JobRecord] = {}
@@ -89,7 +85,7 @@ class LiveSimulator(Simulator):
         steps = 0
         while self.events and self.events.next_time() <= until_s:
             self._frame_until(self.events.next_time())
-            self._step()
+            self.now_s = self.step()
             steps += 1
         self._frame_until(until_s)
         if until_s > self.now_s:
@@ -98,18 +94,6 @@ class LiveSimulator(Simulator):
         if steps:
             self._refresh_owner()
         return steps
-
-    def _step(self) -> None:
-        """One pass of ``Simulator.run``'s loop body: the events due next, one cycle, the next tick."""
-        now = self.events.next_time()
-        ticked = False
-        due = self.events.pop_next() if self.options.cycle_per_event else self.events.pop_due(now)
-        for kind, index in due:
-            ticked |= self._handle(kind, index, now)
-        self._cycle(now)
-        if ticked and (self.cluster.running or self._arrivals_left(now)):
-            self.events.push(now + (self.options.period_s or math.inf), Kind.TICK)
-        self.now_s = now
 
     def _frame_until(self, time_s: float) -> None:
         """Record ownership frames for every frame time passed before ``time_s`` (state before it)."""

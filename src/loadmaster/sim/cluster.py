@@ -15,6 +15,7 @@ from loadmaster.errors import SimulationError
 from loadmaster.model import (
     MILLI_PER_GPU,
     ClusterSnapshot,
+    MigPool,
     NodeTable,
     PendingJob,
     RunningJob,
@@ -37,12 +38,21 @@ class SimCluster:
     submission order because jobs are added as they arrive.
     """
 
-    def __init__(self, nodes: NodeTable, half_life_s: float = 7 * 86_400.0, history_jobs: int = 5) -> None:
+    def __init__(
+        self,
+        nodes: NodeTable,
+        half_life_s: float = 7 * 86_400.0,
+        history_jobs: int = 5,
+        mig: MigPool | None = None,
+    ) -> None:
         self.nodes = nodes
+        self.mig = mig
         self.usage = UsageLedger(half_life_s)
         self.recent_runtimes: dict[str, tuple[float, ...]] = {}
         self.history_jobs = history_jobs
         self.gpu_free = np.where(nodes.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
+        for node, gpu in mig.gpus if mig is not None else ():
+            self.gpu_free[node, gpu] = 0  # MIG mode: only MIG requests, through ``mig``, use it
         self.cpu_free = nodes.cpu_milli.copy()
         self.memory_free = nodes.memory_mib.copy()
         self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
@@ -77,6 +87,7 @@ class SimCluster:
             pending_queues=frozenset(self.queue_counts),
             usage_gpu_s=self.usage.view(now),
             recent_runtimes_s=self.recent_runtimes,
+            mig=self.mig,
         )
 
     def account(self, running: RunningJob, now: float, finished: bool) -> float:
@@ -85,7 +96,10 @@ class SimCluster:
         Only a job that ``finished`` adds to its user's run-time history (a
         preempted run says nothing about how long the job takes).
         """
-        gpus = sum(p.gpu_milli * len(p.gpu_indices) for p in running.placements) / MILLI_PER_GPU
+        milli = sum(
+            p.gpu_milli * len(p.gpu_indices) + (p.mig.milli if p.mig else 0) for p in running.placements
+        )
+        gpus = milli / MILLI_PER_GPU
         gpu_s = gpus * (now - running.start_s)
         self.usage.charge(f"user/{running.job.user}", gpu_s, now)
         self.usage.charge(f"group/{running.job.group}", gpu_s, now)
@@ -114,6 +128,10 @@ class SimCluster:
 
     def take(self, placement: TaskPlacement) -> None:
         """Use a placement's resources; fails loudly if that would over-allocate."""
+        if placement.mig is not None:
+            if self.mig is None:
+                raise SimulationError(f"{placement}: a MIG placement on a cluster with no MIG GPU")
+            self.mig.occupy(placement.node, placement.mig)
         self._apply(placement, -1)
         node = placement.node
         if (self.gpu_free[node] < 0).any() or self.cpu_free[node] < 0 or self.memory_free[node] < 0:
@@ -121,6 +139,8 @@ class SimCluster:
 
     def release(self, placement: TaskPlacement) -> None:
         """Give a placement's resources back."""
+        if placement.mig is not None and self.mig is not None:
+            self.mig.vacate(placement.node, placement.mig)
         self._apply(placement, +1)
 
     def _apply(self, placement: TaskPlacement, sign: int) -> None:

@@ -17,6 +17,8 @@ class Kind(IntEnum):
     COMPLETION = 0
     ARRIVAL = 1
     TICK = 2
+    MIG = 3
+    """A MIG event (layout ready, node reboot or return, re-planning); ``index`` is the driver's token."""
 
 
 class EventQueue:

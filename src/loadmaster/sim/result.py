@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from loadmaster.model import JobTable, Timeline
+from loadmaster.sim.mig import MigReport
 
 
 @dataclass(frozen=True, eq=False)
@@ -19,3 +20,5 @@ class RunResult:
     jobs: JobTable
     timeline: Timeline
     explanations: Mapping[str, list[tuple[float, str]]] = field(default_factory=dict)
+    mig: MigReport | None = None
+    """What MIG layout changes and reboots cost (None when the run had no MIG pools)."""

@@ -24,6 +24,7 @@ from loadmaster.scheduling import Bind, CycleResult, Preempt, Reserve, Scheduler
 from loadmaster.sim.cluster import SimCluster
 from loadmaster.sim.events import EventQueue, Kind
 from loadmaster.sim.joblog import JobLog
+from loadmaster.sim.mig import MigDriver, MigSimOptions, build_mig_pool
 from loadmaster.sim.recorder import TimelineRecorder
 from loadmaster.sim.result import RunResult
 
@@ -47,10 +48,12 @@ class SimOptions:
     simulator decides after each arrival and each completion, even at equal times)."""
     arrivals_first: bool = False
     """At equal times, handle arrivals before completions (the RLScheduler simulator's order)."""
+    mig: MigSimOptions | None = None
+    """MIG pools, reconfiguration time, reboots and re-planning (see :mod:`loadmaster.sim.mig`)."""
 
 
 class Simulator:
-    """Runs ``jobs`` on ``nodes`` under ``scheduler``; :meth:`run` may be called once."""
+    """Runs ``jobs`` on ``nodes`` under ``scheduler``: :meth:`run` once, or :meth:`start` then steps."""
 
     def __init__(
         self, nodes: NodeTable, scheduler: Scheduler, jobs: Sequence[TraceJob], options: SimOptions
@@ -62,7 +65,8 @@ class Simulator:
         self.index = {t.job.id: i for i, t in enumerate(self.jobs)}
         if len(self.index) != len(self.jobs):
             raise SimulationError("job ids must be unique within a workload")
-        self.cluster = SimCluster(nodes, options.fair_share_half_life_s)
+        mig_pool = build_mig_pool(nodes, options.mig.pools) if options.mig is not None else None
+        self.cluster = SimCluster(nodes, options.fair_share_half_life_s, mig=mig_pool)
         self.recorder = TimelineRecorder(nodes)
         self.log = JobLog(len(self.jobs))
         self.events = EventQueue(options.arrivals_first)
@@ -70,28 +74,59 @@ class Simulator:
         self._bind_times: dict[str, list[tuple[float, float]]] = {}
         self._last: CycleResult | None = None
         self.explanations: dict[str, list[tuple[float, str]]] = {j: [] for j in options.explain}
+        self.mig = (
+            MigDriver(
+                nodes,
+                options.mig,
+                cluster=self.cluster,
+                schedule=lambda t, token: self.events.push(t, Kind.MIG, token),
+                preempt=self._stop,
+                active=lambda now: bool(self.cluster.running or self._arrivals_left(now)),
+            )
+            if options.mig is not None
+            else None
+        )
 
     def run(self) -> RunResult:
         """Simulate until no event is left; return the job table and the timeline."""
+        self.start()
+        while self.events:
+            self.step()
+        self._close_pending(self._end_time())
+        return RunResult(
+            jobs=self.log.table(self.jobs),
+            timeline=self.recorder.timeline(),
+            explanations=self.explanations,
+            mig=self.mig.finish() if self.mig is not None else None,
+        )
+
+    def start(self) -> None:
+        """Queue every arrival (and the first periodic tick); call once, before the first :meth:`step`."""
         for i, trace in enumerate(self.jobs):
             self.events.push(trace.job.submit_s, Kind.ARRIVAL, i)
         if self.options.period_s is not None and self.jobs:
             self.events.push(self.jobs[0].job.submit_s, Kind.TICK)
-        while self.events:
-            now = self.events.next_time()
-            ticked = False
-            due = self.events.pop_next() if self.options.cycle_per_event else self.events.pop_due(now)
-            for kind, index in due:
-                ticked |= self._handle(kind, index, now)
-            self._cycle(now)
-            if ticked and (self.cluster.running or self._arrivals_left(now)):
-                # Decided after the cycle, which may have just started a job; with nothing
-                # running and nothing left to arrive, no later cycle could change anything.
-                self.events.push(now + (self.options.period_s or math.inf), Kind.TICK)
-        self._close_pending(self._end_time())
-        return RunResult(
-            jobs=self.log.table(self.jobs), timeline=self.recorder.timeline(), explanations=self.explanations
-        )
+        if self.mig is not None:
+            self.mig.start(self.jobs[0].job.submit_s if self.jobs else 0.0)
+
+    def step(self) -> float:
+        """One pass of the event loop: the events due next, one cycle, the next tick; return its time.
+
+        :meth:`run` is ``start`` then ``step`` until no event is left; a driver
+        in wall-clock time (the live demo) calls it while ``events.next_time()``
+        is due. Needs at least one event left.
+        """
+        now = self.events.next_time()
+        ticked = False
+        due = self.events.pop_next() if self.options.cycle_per_event else self.events.pop_due(now)
+        for kind, index in due:
+            ticked |= self._handle(kind, index, now)
+        self._cycle(now)
+        if ticked and (self.cluster.running or self._arrivals_left(now)):
+            # Decided after the cycle, which may have just started a job; with nothing
+            # running and nothing left to arrive, no later cycle could change anything.
+            self.events.push(now + (self.options.period_s or math.inf), Kind.TICK)
+        return now
 
     def _handle(self, kind: Kind, index: int, now: float) -> bool:
         """Carry out one event; True if it was a periodic tick."""
@@ -99,6 +134,8 @@ class Simulator:
             self._complete(index, now)
         elif kind is Kind.ARRIVAL:
             self._arrive(index, now)
+        elif kind is Kind.MIG and self.mig is not None:
+            self.mig.handle(index, now)
         return kind is Kind.TICK
 
     def _arrivals_left(self, now: float) -> bool:
@@ -153,6 +190,10 @@ class Simulator:
         index = self.index[reserve.job_id]
         if math.isnan(self.log.estimated_start[index]):
             self.log.estimated_start[index] = reserve.start_s
+
+    def _stop(self, job_id: str, reason: str, now: float) -> None:
+        """Preempt a running job for a reason outside the scheduler (a node reboot)."""
+        self._preempt(Preempt(job_id, reason), now)
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
         running = self.cluster.running.pop(preempt.job_id)

@@ -127,11 +127,39 @@ class DuckDBStore:
             self._con.close()
 
     def register(self, series: Sequence[Series]) -> None:
-        """Add series (or replace their labels)."""
-        rows = [(s.id, s.scope, json.dumps(dict(s.labels), sort_keys=True)) for s in series]
+        """Add series (or replace their labels), in one bulk statement (the last of a repeated id wins)."""
+        latest = {s.id: s for s in series}
+        if not latest:
+            return
+        rows = pa.table(
+            {
+                "id": pa.array(list(latest), pa.int32()),
+                "scope": [s.scope for s in latest.values()],
+                "labels": [json.dumps(dict(s.labels), sort_keys=True) for s in latest.values()],
+            }
+        )
         with self._lock:
-            self._con.executemany("INSERT OR REPLACE INTO series VALUES (?, ?, ?)", rows)
-            self._series.update({s.id: s for s in series})
+            self._replace("series", "id", rows)
+            self._series.update(latest)
+
+    def _replace(self, table: str, key: str, rows: pa.Table) -> None:
+        """Upsert ``rows`` into ``table`` by its key column(s): delete the old rows, insert the new, at once.
+
+        Bulk through Arrow: a row-by-row ``INSERT OR REPLACE`` costs about 2 ms a row here.
+        """
+        keys = [k.strip() for k in key.split(",")]
+        match = " AND ".join(f"{table}.{k} = _rows.{k}" for k in keys)
+        self._con.register("_rows", rows)
+        try:
+            self._con.execute("BEGIN TRANSACTION")
+            self._con.execute(f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM _rows WHERE {match})")
+            self._con.execute(f"INSERT INTO {table} SELECT * FROM _rows")
+            self._con.execute("COMMIT")
+        except BaseException:
+            self._con.execute("ROLLBACK")
+            raise
+        finally:
+            self._con.unregister("_rows")
 
     def series(self, **labels: str) -> list[Series]:
         """The series whose labels equal every given label, by id."""
@@ -296,24 +324,42 @@ class DuckDBStore:
         groups = cols.series[idx] * 1_000_000 + cols.field[idx] + 500_000
         values = cols.value[idx]
         keys, first = np.unique(groups, return_index=True)
-        known = {
-            int(s) * 1_000_000 + int(f) + 500_000: (raw, off)
-            for s, f, raw, off in self._con.execute("SELECT * FROM counter_state").fetchall()
-        }
-        last_raw = np.array([known.get(int(k), (np.nan, 0.0))[0] for k in keys], dtype=np.float64)
-        offset = np.array([known.get(int(k), (np.nan, 0.0))[1] for k in keys], dtype=np.float64)
+        last_raw, offset = self._counter_state(keys)
         fixed = correct_resets(np.insert(groups, first, keys), np.insert(values, first, last_raw))
         fixed = np.delete(fixed, first + np.arange(first.size))
         member = np.searchsorted(keys, groups)
         adj[idx] = fixed + offset[member]
         last = np.concatenate((first[1:], [values.size])) - 1
         new_offset = fixed[last] - values[last] + offset
-        rows = [
-            (int(k // 1_000_000), int(k % 1_000_000 - 500_000), float(values[i]), float(o))
-            for k, i, o in zip(keys, last, new_offset, strict=True)
-        ]
-        self._con.executemany("INSERT OR REPLACE INTO counter_state VALUES (?, ?, ?, ?)", rows)
+        rows = pa.table(
+            {
+                "series": pa.array(keys // 1_000_000, pa.int32()),
+                "field": pa.array(keys % 1_000_000 - 500_000, pa.int32()),
+                "last_raw": values[last],
+                "offset_total": new_offset,
+            }
+        )
+        self._replace("counter_state", "series, field", rows)
         return adj
+
+    def _counter_state(self, keys: IntArray) -> tuple[FloatArray, FloatArray]:
+        """The last raw value (NaN if never seen) and the reset offset (0) of each counter key."""
+        state: dict[str, Any] = self._con.execute(
+            "SELECT series, field, last_raw, offset_total FROM counter_state"
+        ).fetchnumpy()
+        known = (
+            np.asarray(state["series"], np.int64) * 1_000_000 + np.asarray(state["field"], np.int64) + 500_000
+        )
+        last_raw, offset = np.full(keys.size, np.nan), np.zeros(keys.size)
+        if known.size == 0:
+            return last_raw, offset
+        order = np.argsort(known)
+        known = known[order]
+        at = np.minimum(np.searchsorted(known, keys), known.size - 1)
+        hit = known[at] == keys
+        last_raw[hit] = np.asarray(state["last_raw"], np.float64)[order][at[hit]]
+        offset[hit] = np.asarray(state["offset_total"], np.float64)[order][at[hit]]
+        return last_raw, offset
 
     def _meta(self, key: str, default: float) -> float:
         row = self._con.execute("SELECT value FROM meta WHERE key = ?", [key]).fetchone()

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import cached_property
 
@@ -251,14 +251,24 @@ class _Schedule:
     slowest: FloatArray
     comm: FloatArray
 
-    def cumulative(self, x: FloatArray) -> tuple[Matrix, Matrix, Matrix]:
-        """Seconds of (stall, compute per rank, comm) since the job started, at each time in ``x``."""
-        k = np.clip(np.searchsorted(self.edges, x, side="right") - 1, 0, self.stall.size - 1)
-        off = np.clip(x - self.edges[0], 0.0, None) - (self.edges[k] - self.edges[0])
-        off = np.minimum(off, self.edges[k + 1] - self.edges[k])
+    @cached_property
+    def _sums(self) -> tuple[FloatArray, Matrix, FloatArray]:
+        """Running totals of stall, compute and comm before each step, made once per schedule."""
         cs = np.concatenate(([0.0], np.cumsum(self.stall)))
         cm = np.concatenate(([0.0], np.cumsum(self.comm)))
         cc = np.concatenate((np.zeros((self.compute.shape[0], 1)), np.cumsum(self.compute, axis=1)), axis=1)
+        return cs, cc, cm
+
+    def cumulative(self, x: FloatArray) -> tuple[Matrix, Matrix, Matrix]:
+        """Seconds of (stall, compute per rank, comm) since the job started, at each time in ``x``.
+
+        ``compute`` has one row per rank, or a single row shared by every rank when no fault sets
+        a rank apart (the caller broadcasts it).
+        """
+        k = np.clip(np.searchsorted(self.edges, x, side="right") - 1, 0, self.stall.size - 1)
+        off = np.clip(x - self.edges[0], 0.0, None) - (self.edges[k] - self.edges[0])
+        off = np.minimum(off, self.edges[k + 1] - self.edges[k])
+        cs, cc, cm = self._sums
         stall = cs[k] + np.clip(off, 0.0, self.stall[k])
         after = off - self.stall[k]
         compute = cc[:, k] + np.clip(after[None, :], 0.0, self.compute[:, k])
@@ -300,6 +310,9 @@ class SyntheticTelemetry:
         )
         self._models = [gpu_model(plan.nodes[k].gpu_model) for k in self._node_of_row]
         self._jobs = [self._params(i, job) for i, job in enumerate(plan.jobs)]
+        self._starts = [job.start_s for job in plan.jobs]
+        self._ends = [job.end_s for job in plan.jobs]
+        self._bounds: tuple[FloatArray, FloatArray] | None = None
         self._schedules: dict[int, _Schedule] = {}
 
     @property
@@ -319,7 +332,7 @@ class SyntheticTelemetry:
             for job in self._jobs:
                 if job.spec.start_s <= at_s < job.spec.end_s:
                     running.update({int(r): job.spec for r in job.rows})
-        out = [self._gpu_series(row, running.get(row)) for row in range(len(self.gpus))]
+        out = [self.gpu_series(row, running.get(row)) for row in range(len(self.gpus))]
         base = len(self.gpus)
         out += [
             Series(base + k, Scope.NODE.value, {"Hostname": n.hostname})
@@ -341,8 +354,11 @@ class SyntheticTelemetry:
             lo = start_s + first * interval_s
             yield self.samples(lo, lo + min(ticks, total - first) * interval_s, interval_s)
 
-    def samples(self, start_s: float, end_s: float, interval_s: float = 1.0) -> pa.Table:
-        """Samples only (see :meth:`generate`), in SAMPLE_SCHEMA, ordered by field, series, time."""
+    def samples(
+        self, start_s: float, end_s: float, interval_s: float = 1.0, fields: Collection[Field] | None = None
+    ) -> pa.Table:
+        """Samples only (see :meth:`generate`), in SAMPLE_SCHEMA, ordered by field, series, time;
+        only ``fields`` when given (default: every field of the schema)."""
         if not interval_s > 0 or end_s < start_s:
             raise TelemetryError(
                 f"synthetic telemetry needs interval_s > 0 and start_s <= end_s, "
@@ -354,6 +370,8 @@ class SyntheticTelemetry:
         present = self._present(times)
         parts = []
         for f, matrix in values.items():
+            if fields is not None and f not in fields:
+                continue
             rows = present if f.scope is Scope.GPU else np.ones(matrix.shape, dtype=bool)
             base = 0 if f.scope is Scope.GPU else len(self.gpus)
             series_idx, tick_idx = np.nonzero(rows)
@@ -375,21 +393,61 @@ class SyntheticTelemetry:
         cached = self._schedules.get(job.index)
         if cached is not None and cached.edges[-1] >= min(until_s, job.spec.end_s):
             return cached
-        made = _build_schedule(self, job, until_s)
+        # Built ahead (as far again as the job has run, at least 10 minutes) so that a caller moving
+        # forward sample by sample rebuilds it a logarithmic number of times, not once per sample.
+        ahead = until_s + max(until_s - job.spec.start_s, 600.0)
+        made = _build_schedule(self, job, ahead)
         self._schedules[job.index] = made
         return made
 
     def faults_of(self, kind: FaultKind) -> list[tuple[Fault, IntArray]]:
         """The plan's faults of one kind with the rows of their target GPUs."""
-        return [
-            (f, np.array([self._row[g] for g in self.fault_gpus(f)], dtype=np.int64))
-            for f in self.plan.faults
-            if f.kind is kind
-        ]
+        return self._fault_rows.get(kind, [])
+
+    @cached_property
+    def _fault_rows(self) -> dict[FaultKind, list[tuple[Fault, IntArray]]]:
+        out: dict[FaultKind, list[tuple[Fault, IntArray]]] = {}
+        for f in self.plan.faults:
+            rows = np.array([self._row[g] for g in self.fault_gpus(f)], dtype=np.int64)
+            out.setdefault(f.kind, []).append((f, rows))
+        return out
 
     @property
     def jobs(self) -> list[_JobParams]:
+        """Every job: the plan's, then those added by :meth:`add_job`; a job's index is its position."""
         return self._jobs
+
+    def jobs_between(self, lo_s: float, hi_s: float) -> list[_JobParams]:
+        """The jobs whose run overlaps ``[lo_s, hi_s]``, in index order."""
+        if self._bounds is None:
+            self._bounds = (np.array(self._starts, dtype=np.float64), np.array(self._ends, dtype=np.float64))
+        starts, ends = self._bounds
+        return [self._jobs[i] for i in np.flatnonzero((starts <= hi_s) & (ends >= lo_s))]
+
+    def add_job(self, job: JobSpec) -> int:
+        """Add a job after construction (a live cluster); return its index, which keeps its draws stable.
+
+        Checked like a plan's job, except for overlap: the caller (a simulator) keeps two jobs from
+        holding one GPU at once. Samples already generated for times before ``job.start_s`` stay valid.
+        """
+        _validate_job(job, self._row.keys(), f"add_job({job.id})")
+        params = self._params(len(self._jobs), job)
+        self._jobs.append(params)
+        self._starts.append(job.start_s)
+        self._ends.append(job.end_s)
+        self._bounds = None
+        return params.index
+
+    def end_job(self, index: int, end_s: float) -> None:
+        """End job ``index`` at ``end_s`` (earlier than planned: preempted, or an open-ended allocation)."""
+        params = self._jobs[index]
+        if not end_s > params.spec.start_s:
+            raise TelemetryError(
+                f"end_job({params.spec.id}): end_s {end_s} must be after {params.spec.start_s}"
+            )
+        self._jobs[index] = replace(params, spec=replace(params.spec, end_s=end_s))
+        self._ends[index] = end_s
+        self._bounds = None
 
     @cached_property
     def models(self) -> dict[str, Matrix]:
@@ -408,7 +466,8 @@ class SyntheticTelemetry:
             present[np.ix_(rows, inside)] = False
         return present
 
-    def _gpu_series(self, row: int, job: JobSpec | None) -> Series:
+    def gpu_series(self, row: int, job: JobSpec | None) -> Series:
+        """GPU ``row``'s series, labelled with ``job``'s id and user when it runs one."""
         gpu = self.gpus[row]
         labels = {
             "gpu": str(gpu.index),
@@ -462,16 +521,23 @@ def _build_schedule(gen: SyntheticTelemetry, job: _JobParams, until_s: float) ->
         0.0,
     )
     jitter = 1.0 + 0.06 * (_uniform(seed, 4, job.index, k) - 0.5)
-    compute = np.broadcast_to(job.step_s * job.compute_share * jitter, (n_gpus, capacity)).copy()
+    base = job.step_s * job.compute_share * jitter
     comm = np.full(capacity, job.step_s * (1.0 - job.compute_share))
-    nominal = spec.start_s + np.concatenate(([0.0], np.cumsum(stall + compute[0] + comm)))[:-1]
+    nominal = spec.start_s + np.concatenate(([0.0], np.cumsum(stall + base + comm)))[:-1]
     # Fault membership is decided on the nominal step start: close enough, and keeps steps independent.
+    slowed = []
     for kind in (FaultKind.STRAGGLER, FaultKind.THERMAL):
         for fault, rows in gen.faults_of(kind):
             ranks = np.flatnonzero(np.isin(job.rows, rows))
             inside = (nominal >= fault.start_s) & (nominal < fault.end_s)
-            slowdown = fault.strength if kind is FaultKind.STRAGGLER else 1.0 / fault.strength
-            compute[np.ix_(ranks, inside)] *= slowdown
+            if ranks.size and inside.any():
+                slowed.append(
+                    (ranks, inside, fault.strength if kind is FaultKind.STRAGGLER else 1.0 / fault.strength)
+                )
+    # One row shared by all ranks unless a fault sets some apart: a 64-GPU job's day of steps stays small.
+    compute = np.broadcast_to(base, (n_gpus, capacity)).copy() if slowed else base[None, :]
+    for ranks, inside, slowdown in slowed:
+        compute[np.ix_(ranks, inside)] *= slowdown
     hosts = {gen.plan.nodes[gen.node_of_row[r]].hostname for r in job.rows}
     for fault in (f for f in gen.plan.faults if f.kind is FaultKind.COMM):
         if len(hosts) > 1 and hosts & set(fault.nodes):
@@ -508,8 +574,10 @@ class _Frame:
         self.tensor_share = np.zeros(shape)
         self.nvlink = np.zeros(shape)
         self.node_comm = np.zeros((len(gen.plan.nodes), times.size))
-        for job in gen.jobs:
-            self._add_job(job)
+        if times.size:
+            lo = float(times[0]) - max(interval_s, _TEMP_WINDOW_S)
+            for job in gen.jobs_between(lo, float(times[-1])):
+                self._add_job(job)
         self._apply_idle()
 
     def _add_job(self, job: _JobParams) -> None:
@@ -662,6 +730,18 @@ def _overlap(lo: FloatArray, hi: FloatArray, start: float, end: float) -> FloatA
 # ---------------------------------------------------------------------------- validation and adapters
 
 
+def _validate_job(job: JobSpec, known: Collection[GpuRef], where: str) -> None:
+    if not job.end_s > job.start_s:
+        raise TelemetryError(f"{where}: end_s {job.end_s} must be after start_s {job.start_s}")
+    if not job.gpus:
+        raise TelemetryError(f"{where}: gpus is empty")
+    if job.step_s is not None and not job.step_s > 0:
+        raise TelemetryError(f"{where}: step_s must be > 0, got {job.step_s}")
+    for gpu in job.gpus:
+        if gpu not in known:
+            raise TelemetryError(f"{where}: GPU {gpu} is not on any node of the plan")
+
+
 def _validate(plan: TelemetryPlan) -> None:
     hosts = {n.hostname: n for n in plan.nodes}
     if len(hosts) != len(plan.nodes):
@@ -670,15 +750,8 @@ def _validate(plan: TelemetryPlan) -> None:
     used: dict[GpuRef, list[JobSpec]] = {}
     for job in plan.jobs:
         where = f"TelemetryPlan.jobs[{job.id}]"
-        if not job.end_s > job.start_s:
-            raise TelemetryError(f"{where}: end_s {job.end_s} must be after start_s {job.start_s}")
-        if not job.gpus:
-            raise TelemetryError(f"{where}: gpus is empty")
-        if job.step_s is not None and not job.step_s > 0:
-            raise TelemetryError(f"{where}: step_s must be > 0, got {job.step_s}")
+        _validate_job(job, known, where)
         for gpu in job.gpus:
-            if gpu not in known:
-                raise TelemetryError(f"{where}: GPU {gpu} is not on any node of the plan")
             for other in used.setdefault(gpu, []):
                 if other.start_s < job.end_s and job.start_s < other.end_s:
                     raise TelemetryError(
@@ -709,7 +782,7 @@ def plan_from_snapshot(
 ) -> TelemetryPlan:
     """The running jobs of a snapshot on their exact GPUs, each running until its expected end
     (at most ``until_s``); partly bound gangs are idle allocations."""
-    nodes = _node_specs(snapshot.nodes)
+    nodes = node_specs(snapshot.nodes)
     jobs = tuple(
         _running_spec(snapshot.nodes, rj, until_s) for rj in snapshot.running if rj.start_s < until_s
     )
@@ -738,10 +811,11 @@ def plan_from_run(
             picked += [GpuRef(name, int(g)) for g in choice]
         if picked:
             specs.append(JobSpec(str(jobs.job_id[j]), str(jobs.user[j]), tuple(picked), start, end))
-    return TelemetryPlan(nodes=_node_specs(nodes), jobs=tuple(specs), faults=tuple(faults), seed=seed)
+    return TelemetryPlan(nodes=node_specs(nodes), jobs=tuple(specs), faults=tuple(faults), seed=seed)
 
 
-def _node_specs(nodes: NodeTable) -> tuple[NodeSpec, ...]:
+def node_specs(nodes: NodeTable) -> tuple[NodeSpec, ...]:
+    """One :class:`NodeSpec` per node of a table, in order, with its GPU model and interconnect."""
     specs = []
     for node in nodes.nodes:
         rtype = nodes.resource_types.get(node.resource_type)
@@ -775,6 +849,7 @@ __all__ = [
     "Workload",
     "gpu_model",
     "gpu_uuid",
+    "node_specs",
     "plan_from_run",
     "plan_from_snapshot",
 ]

@@ -1,0 +1,8 @@
+"""loadmaster as a Kubernetes scheduler: the only package that imports ``kubernetes``.
+
+:mod:`translate` turns API objects into model objects (pure), :mod:`state`
+builds each cycle's snapshot from the watched objects, :mod:`api` wraps the
+official client (informers, leader Lease), :mod:`cluster` is the loop body
+(:class:`KubeCluster`), and :mod:`testing` is the in-process API double the
+contract tests and the benchmark drive the official client against.
+"""

@@ -1,0 +1,195 @@
+"""The watched objects, and the snapshot the scheduler sees built from them each cycle."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.kube import translate as tr
+from loadmaster.model import (
+    MILLI_PER_GPU,
+    ClusterSnapshot,
+    Job,
+    NodeTable,
+    PendingJob,
+    RunningJob,
+    TaskPlacement,
+)
+from loadmaster.model.snapshot import gpu_summary
+
+
+@dataclass
+class View:
+    """One cycle's snapshot plus what a driver needs to carry out its decisions."""
+
+    snapshot: ClusterSnapshot
+    node_names: tuple[str, ...]
+    unbound: dict[str, list[str]]
+    """Job id -> keys of its pods not yet bound, by name: the i-th placement of a Bind goes to the i-th."""
+    bound: dict[str, list[str]]
+    """Job id -> keys of its bound pods."""
+    jobs: dict[str, Job]
+    incomplete: dict[str, str] = field(default_factory=dict)
+    """Job id -> why it is not offered to the scheduler (a gang with fewer pods than minMember)."""
+
+
+class KubeState:
+    """Nodes, pods and PodGroups by key, as the last list and watch events left them."""
+
+    def __init__(self, default_time_limit_s: float = tr.DEFAULT_TIME_LIMIT_S) -> None:
+        self.objects: dict[str, dict[str, tr.Obj]] = {"nodes": {}, "pods": {}, "podgroups": {}}
+        self.default_time_limit_s = default_time_limit_s
+        self._table_key: tuple[object, ...] | None = None
+        self._table: NodeTable | None = None
+
+    def replace(self, kind: str, items: list[tr.Obj]) -> None:
+        """Replace everything of ``kind`` with a fresh list."""
+        self.objects[kind] = {tr.key_of(o): o for o in items}
+
+    def apply(self, kind: str, event: str, obj: tr.Obj) -> None:
+        """Apply one watch event (ADDED, MODIFIED, DELETED)."""
+        if event == "DELETED":
+            self.objects[kind].pop(tr.key_of(obj), None)
+        else:
+            self.objects[kind][tr.key_of(obj)] = obj
+
+    def node_table(self) -> tuple[NodeTable, list[bool]] | None:
+        """The node table (rebuilt only when a node's translation changed) and which nodes take pods."""
+        infos = [tr.node_from(o) for _, o in sorted(self.objects["nodes"].items())]
+        if not infos:
+            return None
+        key = tuple(
+            (
+                i.node.name,
+                i.node.pool,
+                i.node.zone,
+                i.node.rack,
+                i.node.resource_type,
+                i.node.gpus,
+                i.node.cpu_milli,
+                i.node.memory_mib,
+                tuple(sorted(i.node.labels.items())),
+            )
+            for i in infos
+        )
+        if key != self._table_key or self._table is None:
+            nodes = [i.node for i in infos]
+            self._table = NodeTable.build(nodes, tr.resource_types(nodes))
+            self._table_key = key
+        return self._table, [i.schedulable for i in infos]
+
+    def view(self, reject: Callable[[Job, NodeTable], str | None] = lambda j, t: None) -> View | None:
+        """The snapshot of now (None while no node is known); ``reject`` keeps out jobs that can never fit."""
+        built = self.node_table()
+        if built is None:
+            return None
+        table, schedulable = built
+        index = {n.name: i for i, n in enumerate(table.nodes)}
+        free = _Free(table)
+        groups: dict[str, list[tr.Obj]] = defaultdict(list)
+        for pod in sorted(self.objects["pods"].values(), key=tr.key_of):
+            if not tr.is_active(pod):
+                continue
+            if tr.is_ours(pod):
+                groups[tr.job_id_of(pod)].append(pod)
+            elif (node := tr.node_name_of(pod)) in index:
+                free.take_pod(pod, index[node])
+        running: list[RunningJob] = []
+        pending: list[PendingJob] = []
+        view = View(ClusterSnapshot.empty(table), tuple(n.name for n in table.nodes), {}, {}, {}, {})
+        for job_id, pods in groups.items():
+            self._add_job(job_id, pods, free, index, view, running, pending)
+        for p in [p for p in pending if not p.bound and reject(p.job, table)]:
+            pending.remove(p)
+            view.incomplete[p.job.id] = str(reject(p.job, table))
+        for i, ok in enumerate(schedulable):
+            if not ok:
+                free.close(i)
+        pending.sort(key=lambda p: (p.job.submit_s, p.job.id))
+        view.snapshot = free.snapshot(running, pending)
+        return view
+
+    def _add_job(  # noqa: PLR0917 - private helper of view(), one call site
+        self,
+        job_id: str,
+        pods: list[tr.Obj],
+        free: _Free,
+        index: Mapping[str, int],
+        view: View,
+        running: list[RunningJob],
+        pending: list[PendingJob],
+    ) -> None:
+        group_name = tr.pod_group_of(pods[0])
+        group = self.objects["podgroups"].get(job_id) if group_name else None
+        min_member = int(group.get("spec", {}).get("minMember", 1)) if group else 1
+        if group_name and group is None:
+            view.incomplete[job_id] = f"waiting for PodGroup {job_id}"
+            return
+        bound = [p for p in pods if tr.node_name_of(p) in index]
+        unbound = [p for p in pods if tr.node_name_of(p) is None]
+        if len(pods) < min_member and unbound:
+            view.incomplete[job_id] = f"gang has {len(pods)} of minMember {min_member} pods"
+            return
+        job = tr.job_from(job_id, pods, group, self.default_time_limit_s)
+        placements = tuple(free.take_pod(p, index[str(tr.node_name_of(p))]) for p in bound)
+        view.jobs[job_id] = job
+        view.bound[job_id] = [tr.key_of(p) for p in bound]
+        if unbound:
+            view.unbound[job_id] = [tr.key_of(p) for p in unbound]
+            pending.append(PendingJob(job, placements))
+        else:
+            start = min(tr.timestamp_s(p.get("status", {}).get("startTime")) for p in bound)
+            running.append(RunningJob(job, placements, start or job.submit_s))
+
+
+class _Free:
+    """Free resources per GPU and node while bound pods are taken off, one by one."""
+
+    def __init__(self, table: NodeTable) -> None:
+        self.table = table
+        self.gpu: npt.NDArray[np.int64] = np.where(table.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
+        self.cpu = table.cpu_milli.copy()
+        self.memory = table.memory_mib.copy()
+
+    def take_pod(self, pod: tr.Obj, node: int) -> TaskPlacement:
+        request = tr.pod_request(pod)
+        gpus = request.whole_gpus
+        wanted = tr.gpu_indices_of(pod)
+        row = self.gpu[node]
+        if (
+            wanted is None
+            or len(wanted) != gpus
+            or any(g >= row.size or row[g] < MILLI_PER_GPU for g in wanted)
+        ):
+            wanted = tuple(int(g) for g in np.flatnonzero(row == MILLI_PER_GPU)[:gpus])
+        for g in wanted:
+            row[g] = 0
+        self.cpu[node] -= request.cpu_milli
+        self.memory[node] -= request.memory_mib
+        return TaskPlacement(node, wanted, MILLI_PER_GPU, request.cpu_milli, request.memory_mib)
+
+    def close(self, node: int) -> None:
+        """A node that takes no new pod (cordoned, not Ready): nothing free on it."""
+        self.gpu[node] = 0
+        self.cpu[node] = 0
+        self.memory[node] = 0
+
+    def snapshot(self, running: list[RunningJob], pending: list[PendingJob]) -> ClusterSnapshot:
+        np.maximum(self.cpu, 0, out=self.cpu)
+        np.maximum(self.memory, 0, out=self.memory)
+        whole, largest, total = gpu_summary(self.gpu)
+        return ClusterSnapshot(
+            nodes=self.table,
+            gpu_free_milli=self.gpu,
+            cpu_free_milli=self.cpu,
+            memory_free_mib=self.memory,
+            whole_free=whole,
+            largest_share=largest,
+            free_milli=total,
+            running=tuple(running),
+            pending=tuple(pending),
+        )

@@ -1,0 +1,493 @@
+"""An in-process Kubernetes API double that the official client talks to over real HTTP.
+
+It serves the few endpoints loadmaster uses, on ``127.0.0.1`` and a free
+port, with the semantics the scheduler relies on:
+
+* list and watch of nodes, pods, PodGroups, ConfigMaps, events and leases,
+  with a global ``resourceVersion``; a watch from a version older than the
+  retained history gets an ``ERROR`` event with a 410 Gone status, as the
+  real API server sends; watches asked with ``allowWatchBookmarks`` get a
+  BOOKMARK after every write (the real server sends them about once a
+  minute; here they let a test wait until a watcher has caught up);
+* ``pods/binding`` (409 when the pod is already bound, 404 for an unknown
+  pod or node), ``pods/eviction`` (deletes the pod), pod and PodGroup
+  ``status`` patches, deletes, events, and Leases with optimistic
+  concurrency (409 when ``metadata.resourceVersion`` is stale);
+* every request body of a built-in kind is validated against the Kubernetes
+  OpenAPI schema shipped by ``kubernetes-validate`` (strict: unknown fields
+  are errors); a bad body is answered 422 and counted in ``invalid``.
+  PodGroups (a CRD) have no schema there and are only checked for shape.
+
+Fault hooks: :meth:`drop_watches`, :meth:`compact` (the next watch from an
+old version gets 410), :meth:`conflict_next_binds`, :meth:`unavailable_for`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import jsonschema
+import referencing
+from kubernetes_validate import utils as kv
+
+SCHEMA_VERSION = "1.33"
+_BUILTIN = {
+    ("v1", "Node"),
+    ("v1", "Pod"),
+    ("v1", "ConfigMap"),
+    ("v1", "Event"),
+    ("v1", "Binding"),
+    ("policy/v1", "Eviction"),
+    ("coordination.k8s.io/v1", "Lease"),
+}
+_ROUTE = re.compile(
+    r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$"
+)
+_KINDS = {
+    "nodes": ("v1", "Node"),
+    "pods": ("v1", "Pod"),
+    "configmaps": ("v1", "ConfigMap"),
+    "events": ("v1", "Event"),
+    "leases": ("coordination.k8s.io/v1", "Lease"),
+    "podgroups": ("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+}
+
+
+@cache
+def _validator(api_version: str, kind: str) -> jsonschema.protocols.Validator:
+    folder = f"kubernetes-json-schema/v{SCHEMA_VERSION}.0-local-strict"
+    group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    schema = kv.schema_contents(f"{folder}/{kind.lower()}-{group}.json", SCHEMA_VERSION)
+    definitions = kv.schema_contents(f"{folder}/_definitions.json", SCHEMA_VERSION)
+    registry: referencing.Registry[Any] = referencing.Registry()
+    registry = referencing.Resource.from_contents(schema) @ registry
+    registry = referencing.Resource.from_contents(definitions) @ registry
+    validator: jsonschema.protocols.Validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    return validator
+
+
+def schema_errors(obj: Mapping[str, Any]) -> list[str]:
+    """Why ``obj`` breaks the OpenAPI schema of its kind (empty: valid; unknown kinds: shape only)."""
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return ["apiVersion and kind are required"]
+    if (api_version, kind) not in _BUILTIN:
+        meta = obj.get("metadata")
+        return [] if isinstance(meta, dict) and meta.get("name") else ["metadata.name is required"]
+    errors = _validator(api_version, kind).iter_errors(obj)
+    return [f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors]
+
+
+def now_rfc3339(clock: Callable[[], float] = time.time) -> str:
+    """``clock()`` as the RFC 3339 UTC timestamp Kubernetes writes."""
+    return datetime.fromtimestamp(clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ApiStatus(Exception):  # noqa: N818 - it is the API's Status object, sent as the answer
+    """An error answer: HTTP code, reason and message, sent as a ``Status`` object."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Status",
+            "status": "Failure",
+            "code": self.code,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+@dataclass
+class _Watcher:
+    resource: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+    bookmarks: bool = False
+    closed: bool = False
+    last: bool = False
+    """The queued events are the last: the stream ends after them (a 410 ERROR)."""
+
+
+class KubeApiDouble:
+    """The store, the semantics and the faults; :meth:`serve` starts the HTTP front end.
+
+    ``clock`` stamps ``creationTimestamp`` (a test passes a fake one for
+    deterministic submit times). ``history`` is how many write events are kept
+    for watches to resume from; a watch from before them gets 410 Gone.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time, history: int = 100_000) -> None:
+        self.clock = clock
+        self.history = history
+        self.rv = 1
+        self.store: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in _KINDS}
+        self.log: list[tuple[int, str, str, dict[str, Any]]] = []
+        self.oldest_rv = 1
+        self.lock = threading.Condition()
+        self.watchers: list[_Watcher] = []
+        self.invalid: list[str] = []
+        """Every rejected request body, with why: a contract test asserts it stays empty."""
+        self.bindings: list[tuple[str, str]] = []
+        """Every successful bind as (pod key, node), in order."""
+        self.requests: dict[str, int] = {}
+        self._conflicts = 0
+        self._down_until = 0.0
+        self._server: ThreadingHTTPServer | None = None
+
+    # ----------------------------------------------------------------- faults
+    def drop_watches(self) -> None:
+        """Close every open watch stream, as a load balancer or API server restart would."""
+        with self.lock:
+            for w in self.watchers:
+                w.closed = True
+            self.lock.notify_all()
+
+    def compact(self) -> None:
+        """Forget the event history: a watch resumed from any older version gets 410 Gone."""
+        with self.lock:
+            self.log.clear()
+            self.rv += 1  # as if writes went by unseen: even a watcher that saw everything must re-list
+            self.oldest_rv = self.rv
+        self.drop_watches()
+
+    def conflict_next_binds(self, count: int) -> None:
+        """Answer the next ``count`` binds 409 Conflict, as if another scheduler bound the pods."""
+        self._conflicts = count
+
+    def unavailable_for(self, seconds: float) -> None:
+        """Answer every request 503 for ``seconds`` (wall clock), and drop the watches."""
+        self._down_until = time.monotonic() + seconds
+        self.drop_watches()
+
+    # ------------------------------------------------------------------ store
+    def create(self, resource: str, obj: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        """Create an object directly (what ``kubectl apply`` would do)."""
+        with self.lock:
+            return self._create(resource, namespace, copy.deepcopy(dict(obj)))
+
+    def get(self, resource: str, key: str) -> dict[str, Any] | None:
+        with self.lock:
+            found = self.store[resource].get(key)
+            return copy.deepcopy(found) if found is not None else None
+
+    def objects(self, resource: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [copy.deepcopy(o) for o in self.store[resource].values()]
+
+    def _create(self, resource: str, namespace: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+        api_version, kind = _KINDS[resource]
+        obj.setdefault("apiVersion", api_version)
+        obj.setdefault("kind", kind)
+        meta = obj.setdefault("metadata", {})
+        if namespace and resource != "nodes":
+            meta["namespace"] = namespace
+        elif resource != "nodes":
+            meta.setdefault("namespace", "default")
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{self.rv:05d}"
+        self._check(obj)
+        key = _key(obj)
+        if key in self.store[resource]:
+            raise ApiStatus(409, "AlreadyExists", f"{resource} {key} already exists")
+        meta.setdefault("creationTimestamp", now_rfc3339(self.clock))
+        meta["uid"] = f"uid-{self.rv}"
+        if resource == "pods":
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
+        return self._write(resource, "ADDED", obj)
+
+    def _check(self, obj: Mapping[str, Any]) -> None:
+        errors = schema_errors(obj)
+        if errors:
+            text = f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}: {'; '.join(errors[:3])}"
+            self.invalid.append(text)
+            raise ApiStatus(422, "Invalid", text)
+
+    def _write(self, resource: str, event: str, obj: dict[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        key = _key(obj)
+        if event == "DELETED":
+            self.store[resource].pop(key, None)
+        else:
+            self.store[resource][key] = obj
+        self.log.append((self.rv, resource, event, obj))
+        if len(self.log) > self.history:
+            del self.log[: len(self.log) - self.history]
+            self.oldest_rv = self.log[0][0] - 1
+        for w in self.watchers:
+            if w.closed:
+                continue
+            if w.resource == resource:
+                w.events.append({"type": event, "object": copy.deepcopy(obj)})
+            elif w.bookmarks:
+                w.events.append({"type": "BOOKMARK", "object": _bookmark(w.resource, self.rv)})
+        self.lock.notify_all()
+        return copy.deepcopy(obj)
+
+    def _find(self, resource: str, key: str) -> dict[str, Any]:
+        found = self.store[resource].get(key)
+        if found is None:
+            raise ApiStatus(404, "NotFound", f'{resource} "{key}" not found')
+        return found
+
+    # ------------------------------------------------------------- semantics
+    def bind(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST pods/<name>/binding``."""
+        self._check(body)
+        pod = self._find("pods", f"{namespace}/{name}")
+        node = body["target"]["name"]
+        if self._conflicts > 0:
+            self._conflicts -= 1
+            raise ApiStatus(409, "Conflict", f"Operation cannot be fulfilled on pods/binding {name}")
+        if pod["spec"].get("nodeName"):
+            raise ApiStatus(
+                409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']}"
+            )
+        self._find("nodes", node)
+        pod = copy.deepcopy(pod)
+        pod["spec"]["nodeName"] = node
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        if annotations:  # the API server copies a Binding's annotations onto the pod
+            pod["metadata"].setdefault("annotations", {}).update(annotations)
+        pod["status"]["phase"] = "Running"
+        pod["status"]["startTime"] = now_rfc3339(self.clock)
+        _set_condition(pod, {"type": "PodScheduled", "status": "True"})
+        self._write("pods", "MODIFIED", pod)
+        self.bindings.append((f"{namespace}/{name}", node))
+        return _success(201)
+
+    def delete(self, resource: str, key: str) -> dict[str, Any]:
+        return self._write(resource, "DELETED", copy.deepcopy(self._find(resource, key)))
+
+    def evict(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST pods/<name>/eviction``: no PodDisruptionBudget here, so the pod goes at once."""
+        self._check(body)
+        self.delete("pods", f"{namespace}/{name}")
+        return _success(201)
+
+    def patch(self, resource: str, key: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch (conditions merged by type, as strategic merge does); the result is validated."""
+        obj = copy.deepcopy(self._find(resource, key))
+        _merge(obj, patch)
+        self._check(obj)
+        return self._write(resource, "MODIFIED", obj)
+
+    def replace(self, resource: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``PUT``: 409 unless ``metadata.resourceVersion`` is the stored one (optimistic concurrency)."""
+        self._check(body)
+        current = self._find(resource, key)
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise ApiStatus(
+                409, "Conflict", f"the object {key} has been modified; apply to the latest version"
+            )
+        return self._write(resource, "MODIFIED", copy.deepcopy(body))
+
+    # ------------------------------------------------------------ list/watch
+    def list_objects(self, resource: str, namespace: str | None) -> dict[str, Any]:
+        api_version, kind = _KINDS[resource]
+        items = [
+            copy.deepcopy(o)
+            for o in self.store[resource].values()
+            if namespace is None or o["metadata"].get("namespace") == namespace
+        ]
+        return {
+            "apiVersion": api_version,
+            "kind": f"{kind}List",
+            "metadata": {"resourceVersion": str(self.rv)},
+            "items": items,
+        }
+
+    @contextmanager
+    def watch(self, resource: str, since: int, bookmarks: bool) -> Iterator[_Watcher]:
+        """Register a watcher primed with the events after ``since`` (or a 410 ERROR event)."""
+        with self.lock:
+            watcher = _Watcher(resource, bookmarks=bookmarks)
+            if since < self.oldest_rv:
+                gone = ApiStatus(410, "Expired", f"too old resource version: {since} ({self.oldest_rv})")
+                watcher.events.append({"type": "ERROR", "object": gone.body()})
+                watcher.last = True
+            else:
+                watcher.events.extend(
+                    {"type": e, "object": copy.deepcopy(o)}
+                    for rv, r, e, o in self.log
+                    if rv > since and r == resource
+                )
+                if bookmarks and since < self.rv:
+                    watcher.events.append({"type": "BOOKMARK", "object": _bookmark(resource, self.rv)})
+                self.watchers.append(watcher)
+        try:
+            yield watcher
+        finally:
+            with self.lock:
+                if watcher in self.watchers:
+                    self.watchers.remove(watcher)
+
+    def next_events(self, watcher: _Watcher, deadline: float) -> list[dict[str, Any]] | None:
+        """The watcher's queued events, waiting for some until ``deadline``; None when it is over."""
+        with self.lock:
+            while not watcher.events and not watcher.closed and time.monotonic() < deadline:
+                self.lock.wait(min(0.5, max(deadline - time.monotonic(), 0.0)))
+            events, watcher.events = watcher.events, []
+            if watcher.last:
+                watcher.closed = True
+                return events or None
+            return events if events and not watcher.closed else None
+
+    # ------------------------------------------------------------------ HTTP
+    def serve(self) -> str:
+        """Start the HTTP front end on a free port; return its base URL."""
+        handler = type("Handler", (_Handler,), {"api": self})
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server.daemon_threads = True
+        self._server = server
+        threading.Thread(target=server.serve_forever, daemon=True, name="kube-double").start()
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    def close(self) -> None:
+        """Stop serving and end every watch."""
+        self.drop_watches()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def down(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    def handle(self, method: str, path: str, query: Mapping[str, str], body: Any) -> tuple[int, Any]:
+        """Route one non-watch request; return (HTTP code, JSON answer)."""
+        match = _ROUTE.match(path)
+        if match is None or match["resource"] not in _KINDS:
+            raise ApiStatus(404, "NotFound", f"no route for {method} {path}")
+        resource, ns, name, sub = match["resource"], match["ns"], match["name"], match["sub"]
+        self.requests[f"{method} {resource}{'/' + sub if sub else ''}"] = (
+            self.requests.get(f"{method} {resource}{'/' + sub if sub else ''}", 0) + 1
+        )
+        key = f"{ns}/{name}" if ns else str(name)
+        with self.lock:
+            if method == "GET":
+                return 200, self.list_objects(resource, ns) if name is None else copy.deepcopy(
+                    self._find(resource, key)
+                )
+            if method == "POST" and sub == "binding":
+                return 201, self.bind(str(ns), str(name), body)
+            if method == "POST" and sub == "eviction":
+                return 201, self.evict(str(ns), str(name), body)
+            if method == "POST" and name is None:
+                return 201, self._create(resource, ns, body)
+            if method == "PATCH":
+                return 200, self.patch(resource, key, body)
+            if method == "PUT":
+                return 200, self.replace(resource, key, body)
+            if method == "DELETE":
+                return 200, self.delete(resource, key)
+        raise ApiStatus(405, "MethodNotAllowed", f"{method} {path}")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: KubeApiDouble
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests and benchmarks make thousands of requests."""
+
+    def _answer(self, code: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _dispatch(self) -> None:
+        url = urlparse(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            if self.api.down():
+                raise ApiStatus(503, "ServiceUnavailable", "the API double is unavailable (fault injected)")
+            if self.command == "GET" and query.get("watch") in {"true", "1"}:
+                self._watch(url.path, query)
+                return
+            code, answer = self.api.handle(self.command, url.path, query, json.loads(raw) if raw else None)
+        except ApiStatus as status:
+            code, answer = status.code, status.body()
+        self._answer(code, answer)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _dispatch  # noqa: N815 - http.server's names
+
+    def _watch(self, path: str, query: Mapping[str, str]) -> None:
+        match = _ROUTE.match(path)
+        if match is None or match["resource"] not in _KINDS:
+            raise ApiStatus(404, "NotFound", path)
+        since = int(query.get("resourceVersion") or 0) or self.api.rv
+        timeout = float(query.get("timeoutSeconds") or 300)
+        deadline = time.monotonic() + timeout
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        bookmarks = query.get("allowWatchBookmarks") in {"true", "1"}
+        with self.api.watch(match["resource"], since, bookmarks) as watcher:
+            try:
+                while (events := self.api.next_events(watcher, deadline)) is not None:
+                    data = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        self.close_connection = True
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
+
+
+def _bookmark(resource: str, rv: int) -> dict[str, Any]:
+    api_version, kind = _KINDS[resource]
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": str(rv)}}
+
+
+def _success(code: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Status", "status": "Success", "code": code}
+
+
+def _set_condition(obj: dict[str, Any], condition: dict[str, Any]) -> None:
+    conditions = obj.setdefault("status", {}).setdefault("conditions", [])
+    conditions[:] = [c for c in conditions if c.get("type") != condition["type"]] + [condition]
+
+
+def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif key == "conditions" and isinstance(value, list):
+            for condition in value:
+                _set_condition(_holder(target), condition)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+def _holder(status: dict[str, Any]) -> dict[str, Any]:
+    """Wrap a ``status`` dict so that :func:`_set_condition` edits its ``conditions``."""
+    return {"status": status}

@@ -1,0 +1,70 @@
+"""Builders of Kubernetes objects for the kube tests and the benchmark."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from loadmaster.kube.cluster import KubeCluster
+
+
+def a_node(name: str, gpus: int = 8, pool: str = "default", zone: str = "z1", **extra: int) -> dict[str, Any]:
+    allocatable = {"cpu": "96", "memory": "960Gi", "nvidia.com/gpu": str(gpus), "pods": "110"}
+    allocatable.update(
+        {k.replace("_", "-").replace("mig-", "nvidia.com/mig-"): str(v) for k, v in extra.items()}
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"loadmaster.io/pool": pool, "topology.kubernetes.io/zone": zone},
+        },
+        "status": {
+            "allocatable": allocatable,
+            "capacity": allocatable,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def a_pod(name: str, gpus: int = 1, group: str | None = None, namespace: str = "team-a") -> dict[str, Any]:
+    labels = {"scheduling.x-k8s.io/pod-group": group} if group else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "schedulerName": "loadmaster",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": str(gpus)},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def a_pod_group(name: str, min_member: int, namespace: str = "team-a") -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"minMember": min_member},
+    }
+
+
+def wait_synced(cluster: KubeCluster, version: int, timeout_s: float = 10.0) -> None:
+    """Wait until ``cluster``'s informers have seen the API up to ``version``."""
+    deadline = time.monotonic() + timeout_s
+    while not cluster.synced_to(version):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"informers stuck at {[i.version for i in cluster.informers.values()]} < {version}"
+            )
+        time.sleep(0.01)
