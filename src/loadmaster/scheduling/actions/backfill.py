@@ -104,7 +104,13 @@ class _Futures:
         if self._plan is None:
             running = list(ctx.snapshot.running)
             estimates = {r.job.id: self.plugin.estimate_s(r.job, ctx) for r in running}
-            self._plan = ReleasePlan(releases(running, ctx.now, estimates), self.session.flat_placements)
+            cache = self.session.flat_placements
+            self._plan = ReleasePlan(releases(running, ctx.now, estimates), cache)
+            if len(cache) > 2 * len(running) + 1024:
+                # Jobs that ended are never asked for again: keep the cache to the running ones.
+                alive = {id(r.placements) for r in running}
+                for key in [k for k in cache if k not in alive]:
+                    del cache[key]
         if self._seen < len(decisions):
             binds = [d for d in decisions[self._seen :] if isinstance(d, Bind) and d.starts]
             started = [RunningJob(self.jobs[b.job_id], b.placements, ctx.now) for b in binds]
