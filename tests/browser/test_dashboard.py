@@ -144,3 +144,27 @@ def test_user_sees_own_job_and_is_refused_anothers(server: tuple[str, Any], brow
     _shot(page, "user-other-job-403")
     assert page.locator("#tabs button[data-view=operator]").is_hidden()
     page.close()
+
+
+def test_operator_sees_reclaim_table_and_job_page_shows_findings(
+    server: tuple[str, Any], browser: Any
+) -> None:
+    base, demo = server
+    page = _open(browser, base, demo.tokens.token_of("operator"))
+    page.click("#tabs button[data-view=operator]")
+    page.wait_for_selector("[data-testid=reclaim-row]", timeout=20_000)
+    rows = page.locator("[data-testid=reclaim-row]")
+    assert rows.count() > 0
+    idle_row = next(r for r in rows.all() if "idle" in r.locator("td").last.inner_text())
+    assert "GPUs of" in idle_row.inner_text()
+    _shot(page, "operator-reclaim")
+
+    job = idle_row.locator("a[data-job]").get_attribute("data-job")
+    page.evaluate(f"window.loadmaster.openJob({job!r})")
+    page.wait_for_selector("[data-testid=job-findings][data-count]", timeout=20_000)
+    findings = page.locator("[data-testid=finding]")
+    assert findings.count() > 0
+    assert "idle" in [f.get_attribute("data-kind") for f in findings.all()]
+    assert len(findings.first.locator("td").all()) == 5  # kind, targets, interval, evidence, confidence
+    _shot(page, "job-findings")
+    page.close()

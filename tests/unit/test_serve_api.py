@@ -56,6 +56,7 @@ def test_health_needs_no_token(client: TestClient) -> None:
         "/api/jobs",
         "/api/queue",
         "/api/operator/summary",
+        "/api/operator/reclaim",
         "/api/time",
     ],
 )
@@ -133,6 +134,43 @@ def test_operator_endpoints_refuse_users(client: TestClient, demo: Demo) -> None
     assert sum(summary["by_state"].values()) == demo.sim.nodes.total_gpus
     assert {p["pool"] for p in summary["pools"]} == set(demo.sim.nodes.pools)
     assert summary["idle_allocated"]["gpus"] == summary["by_state"]["allocated-idle"]
+
+
+def test_job_findings_follow_the_jobs_access_rules(client: TestClient, demo: Demo) -> None:
+    user = _users(demo)[0]
+    running = list(demo.sim.cluster.running.values())
+    own = next(r.job.id for r in running if r.job.user == user)
+    other = next(r.job.id for r in running if r.job.user != user)
+    mine = _get(client, f"/api/jobs/{own}/findings", _auth(demo, user))
+    assert mine["job"] == own and isinstance(mine["findings"], list)
+    _get(client, f"/api/jobs/{other}/findings", _auth(demo, user), status=403)
+    _get(client, f"/api/jobs/{other}/findings", _auth(demo, "operator"))
+    _get(client, "/api/jobs/j999999/findings", _auth(demo, "operator"), status=404)
+
+
+def test_job_findings_name_kind_targets_interval_evidence_confidence(client: TestClient, demo: Demo) -> None:
+    bodies = [
+        _get(client, f"/api/jobs/{job_id}/findings", _auth(demo, "operator"))
+        for job_id in sorted(demo.sim.cluster.running)
+    ]
+    findings = [f for b in bodies for f in b["findings"]]
+    assert findings, "the demo injects faults and idle jobs: some running job has a finding"
+    for f in findings:
+        assert f["kind"] and (f["gpus"] or f["nodes"])
+        assert f["start_s"] < f["end_s"] and 0 < f["confidence"] <= 1
+        assert f["evidence"]["metrics"] and f["evidence"]["text"]
+
+
+def test_reclaim_report_is_for_operators_and_names_idle_gpus(client: TestClient, demo: Demo) -> None:
+    _get(client, "/api/operator/reclaim", _auth(demo, _users(demo)[0]), status=403)
+    report = _get(client, "/api/operator/reclaim", _auth(demo, "operator"))
+    assert report["at_s"] == demo.now_s
+    assert report["rule"]["sample_s"] >= demo.options.telemetry_step_s
+    assert report["idle_gpus"] > 0, "the demo holds idle allocations"
+    for row in report["jobs"]:
+        assert row["job"] in demo.sim.index and row["action"]
+        assert len(row["idle"]) + len(row["underused"]) <= row["gpus"]
+    assert sum(u["idle_gpus"] for u in report["users"].values()) == report["idle_gpus"]
 
 
 def test_operator_can_change_the_speed(client: TestClient, demo: Demo) -> None:

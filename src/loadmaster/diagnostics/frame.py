@@ -20,8 +20,10 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -125,7 +127,13 @@ def job_series(series: Sequence[Series], job: str | None) -> tuple[list[Series],
 
 
 class FrameBuilder:
-    """Accumulates sample batches into per-step sums, counts and maxima; :meth:`frame` finishes."""
+    """Bins sample batches onto the grid as per-step sums, counts and maxima; :meth:`frame` finishes.
+
+    Each (field, GPU) and (field, node) pair is a *cell*; the accumulators are (cells x steps).
+    A batch is binned in one vectorised pass: a lookup table maps (series, field) to a cell, and
+    one ``np.bincount`` over the cells x (the batch's step range) gives its sums and counts, so
+    the cost is linear in the batch and in its time span, not in the whole frame.
+    """
 
     def __init__(
         self, series: Sequence[Series], job: str | None, start_s: float, end_s: float, step_s: float
@@ -144,63 +152,118 @@ class FrameBuilder:
             for s in gpu_series
         )
         self.nodes = tuple(sorted({g.hostname for g in self.gpus}))
-        node_rows = {s.labels.get("Hostname", ""): s.id for s in node_series}
         self.times = grid(start_s, end_s, step_s)
         self.start_s, self.step_s = start_s, step_s
         self.fields = GPU_FIELDS + NODE_FIELDS
-        self._code_slot = {field_code(f): i for i, f in enumerate(self.fields)}
-        self._slot_lut = np.full(2 * _CODE_OFFSET, -1, dtype=np.int64)
-        for code, slot in self._code_slot.items():
-            self._slot_lut[code + _CODE_OFFSET] = slot
+        self._first_cell = self._cell_offsets()
+        self._cell_lut = self._cell_table(series, node_series)
+        n_cells, steps = int(self._first_cell[-1]), self.times.size
+        self._sum = np.zeros((n_cells, steps))
+        self._count: npt.NDArray[np.integer[Any]] = np.zeros((n_cells, steps), dtype=np.uint8)
+        self._count_bound = 0
+        self._finished = False
+        """Most samples any (cell, step) can hold so far; the counts widen past uint8's range."""
+        peak_slots = [i for i, f in enumerate(self.fields) if f.key in _PEAK_KEYS]
+        self._peak_cells = np.concatenate(
+            [np.zeros(0, dtype=np.int64)]
+            + [np.arange(self._first_cell[i], self._first_cell[i + 1]) for i in peak_slots]
+        ).astype(np.int64)
+        self._peak_of_cell = np.full(n_cells + 1, -1, dtype=np.int64)
+        self._peak_of_cell[self._peak_cells] = np.arange(self._peak_cells.size)
+        self._max = np.full((self._peak_cells.size, steps), np.nan)
+
+    def _cell_offsets(self) -> IntArray:
+        """First cell of each field slot (and the cell count last): GPU fields, then node fields."""
+        rows = [len(self.gpus) if f.scope is Scope.GPU else len(self.nodes) for f in self.fields]
+        return np.concatenate(([0], np.cumsum(rows))).astype(np.int64)
+
+    def _cell_table(self, series: Sequence[Series], node_series: Sequence[Series]) -> IntArray:
+        """(series id x field slot) -> cell, flattened; -1 where the pair is not in the frame."""
+        n_fields = len(self.fields)
         max_id = max([s.id for s in series] + [0]) + 1
-        self._gpu_row = np.full(max_id, -1, dtype=np.int64)
-        self._gpu_row[[g.series for g in self.gpus]] = np.arange(len(self.gpus))
-        self._node_row = np.full(max_id, -1, dtype=np.int64)
-        for k, host in enumerate(self.nodes):
+        self._slot_lut = np.full(2 * _CODE_OFFSET + 1, n_fields, dtype=np.int64)
+        for slot, f in enumerate(self.fields):
+            self._slot_lut[field_code(f) + _CODE_OFFSET] = slot
+        lut = np.full((max_id + 1, n_fields + 1), -1, dtype=np.int64)
+        n_gpu_fields = len(GPU_FIELDS)
+        for row, g in enumerate(self.gpus):
+            lut[g.series, :n_gpu_fields] = self._first_cell[:n_gpu_fields] + row
+        node_rows = {s.labels.get("Hostname", ""): s.id for s in node_series}
+        for row, host in enumerate(self.nodes):
             if host in node_rows:
-                self._node_row[node_rows[host]] = k
-        rows = max(len(self.gpus), len(self.nodes))
-        self._shape = (len(self.fields), rows, self.times.size)
-        self._sum = np.zeros(int(np.prod(self._shape)))
-        self._count = np.zeros_like(self._sum)
-        self._max = {
-            f.key: np.full((rows, self.times.size), np.nan) for f in self.fields if f.key in _PEAK_KEYS
-        }
+                lut[node_rows[host], n_gpu_fields:n_fields] = self._first_cell[n_gpu_fields:n_fields] + row
+        self._lut_width = n_fields + 1
+        return lut.reshape(-1)
 
     def add(self, samples: pa.Table) -> None:
         """Add one batch in SAMPLE_SCHEMA (other columns ignored; unknown series and fields skipped)."""
         table = samples.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
-        t = np.asarray(table.column("time_s").to_numpy(), dtype=np.float64)
-        s = np.asarray(table.column("series").to_numpy(), dtype=np.int64)
-        f = np.asarray(table.column("field").to_numpy(), dtype=np.int64)
-        v = np.asarray(pc.fill_null(table.column("value"), np.nan).to_numpy(), dtype=np.float64)
-        known = (s >= 0) & (s < self._gpu_row.size)
-        s_ok = np.where(known, s, 0)
-        f_ok = (f >= -_CODE_OFFSET) & (f < _CODE_OFFSET)
-        fslot = np.where(f_ok, self._slot_lut[np.where(f_ok, f, 0) + _CODE_OFFSET], -1)
-        is_node = fslot >= len(GPU_FIELDS)
-        row = np.where(is_node, self._node_row[s_ok], self._gpu_row[s_ok])
-        k = np.ceil((t - self.start_s) / self.step_s - 1e-9).astype(np.int64) - 1
-        keep = known & (fslot >= 0) & (row >= 0) & (k >= 0) & (k < self.times.size) & np.isfinite(v)
-        flat = (fslot[keep] * self._shape[1] + row[keep]) * self._shape[2] + k[keep]
-        self._sum += np.bincount(flat, weights=v[keep], minlength=self._sum.size)
-        self._count += np.bincount(flat, minlength=self._count.size)
-        for key, peak in self._max.items():
-            sel = keep & (fslot == self._code_slot[field_code(_by_key(key))])
-            np.fmax.at(peak, (row[sel], k[sel]), v[sel])
+        cell = self._cells(table)
+        k = np.asarray(table.column("time_s").to_numpy(), dtype=np.float64) - self.start_s
+        np.divide(k, self.step_s, out=k)
+        k -= 1e-9
+        np.ceil(k, out=k)
+        step = k.astype(np.int64)
+        step -= 1
+        value = table.column("value")
+        if value.null_count:
+            value = pc.fill_null(value, np.nan)
+        v = np.asarray(value.to_numpy(), dtype=np.float64)
+        keep = (cell >= 0) & (step >= 0) & (step < self.times.size) & np.isfinite(v)
+        if not keep.all():
+            cell, step, v = cell[keep], step[keep], v[keep]
+        if cell.size:
+            self._accumulate(cell, step, v)
+
+    def _cells(self, table: pa.Table) -> IntArray:
+        """Each sample's cell (-1: not in the frame). Looked up once per run of equal (series, field),
+        since batches usually come ordered by field and series; unknown ids hit -1 sentinels."""
+        s = np.asarray(table.column("series").to_numpy(), dtype=np.int32)
+        f = np.asarray(table.column("field").to_numpy(), dtype=np.int32)
+        if s.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        change = s[1:] != s[:-1]
+        change |= f[1:] != f[:-1]
+        starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+        lengths = np.diff(np.append(starts, s.size))
+        run_series = s[starts].astype(np.int64)
+        slot = np.take(self._slot_lut, f[starts].astype(np.int64) + _CODE_OFFSET, mode="clip")
+        max_id = self._cell_lut.size // self._lut_width - 1
+        run_series[(run_series < 0) | (run_series > max_id)] = max_id
+        return np.repeat(self._cell_lut[run_series * self._lut_width + slot], lengths)
+
+    def _accumulate(self, cell: IntArray, step: IntArray, v: FloatArray) -> None:
+        """Add binned sums, counts and maxima over the batch's step range to the accumulators."""
+        first, last = int(step.min()), int(step.max())
+        width = last - first + 1
+        flat = cell * width
+        flat += step
+        flat -= first
+        size = self._sum.shape[0] * width
+        self._sum[:, first : last + 1] += np.bincount(flat, weights=v, minlength=size).reshape(-1, width)
+        count = np.bincount(flat, minlength=size)
+        self._count_bound += int(count.max())
+        if self._count_bound > np.iinfo(self._count.dtype).max:
+            self._count = self._count.astype(np.int64)
+        self._count[:, first : last + 1] += count.reshape(-1, width).astype(self._count.dtype)
+        if self._peak_cells.size:
+            peak = self._peak_of_cell[cell]
+            sel = peak >= 0
+            if sel.any():
+                np.fmax.at(self._max, (peak[sel], step[sel]), v[sel])
 
     def frame(self) -> JobFrame:
         """The finished frame: means per step, counters reset-corrected, gaps within a GPU's own
-        sampling interval filled."""
-        total = self._sum.reshape(self._shape)
-        count = self._count.reshape(self._shape)
+        sampling interval filled. Call it once: the sums become the means in place."""
+        if self._finished:
+            raise TelemetryError("FrameBuilder.frame() was already called; build a new FrameBuilder")
+        self._finished = True
+        mean = self._sum
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-        g, n = len(self.gpus), len(self.nodes)
-        raw = {
-            f.key: self._max.get(f.key, mean[i])[: g if f.scope is Scope.GPU else n]
-            for i, f in enumerate(self.fields)
-        }
+            np.divide(mean, self._count, out=mean)
+        mean[self._count == 0] = np.nan
+        mean[self._peak_cells] = self._max
+        raw = {f.key: mean[self._first_cell[i] : self._first_cell[i + 1]] for i, f in enumerate(self.fields)}
         return finish_frame(self.job, self.times, self.step_s, self.gpus, self.nodes, raw)
 
 
@@ -232,9 +295,9 @@ def finish_frame(  # noqa: PLR0917 - the parts of a frame, in order
         values = raw[f.key]
         if f.kind is Kind.COUNTER:
             values = correct_counter_resets(values)
-        metrics[f.key] = forward_fill(values, native - 1)
+        metrics[f.key] = _fill_gaps(values, native - 1)
     node_metrics = {f.key: np.asarray(raw[f.key], dtype=np.float64) for f in NODE_FIELDS}
-    filled = forward_fill(np.where(present, 1.0, np.nan), native - 1)
+    filled = _fill_gaps(np.where(present, 1.0, np.nan), native - 1)
     host_index = {h: i for i, h in enumerate(nodes)}
     return JobFrame(
         job=job,
@@ -248,6 +311,17 @@ def finish_frame(  # noqa: PLR0917 - the parts of a frame, in order
         present=np.isfinite(filled),
         native_step_s=native.astype(np.float64) * step_s,
     )
+
+
+def _fill_gaps(values: FloatArray, limit: IntArray) -> FloatArray:
+    """:func:`forward_fill` on the rows with ``limit > 0`` only (others need none): most GPUs are
+    sampled on the grid, and their matrices are passed through without a copy."""
+    rows = np.flatnonzero(limit > 0)
+    if rows.size == 0:
+        return values
+    out = np.array(values, dtype=np.float64)
+    out[rows] = forward_fill(out[rows], limit[rows])
+    return out
 
 
 def _native_steps(present: BoolArray) -> IntArray:

@@ -228,6 +228,12 @@ def _routes(app: FastAPI, demo: Demo, cache: _SnapshotCache) -> None:
                 views.job_telemetry(demo, who, job_id, metric_key=metric, window_s=window_s, step_s=step_s)
             )
 
+    @app.get("/api/jobs/{job_id}/findings")
+    def job_findings(who: Who, job_id: str) -> Response:
+        """Diagnostics findings of the job's telemetry (same access as the job: owner or operator)."""
+        with demo.lock:
+            return body(views.job_findings(demo, who, job_id))
+
     @app.get("/api/queue")
     def queue(who: Who) -> Response:
         with demo.lock:
@@ -238,6 +244,13 @@ def _routes(app: FastAPI, demo: Demo, cache: _SnapshotCache) -> None:
         require_operator(who)
         with demo.lock:
             return body(views.operator_summary(demo))
+
+    @app.get("/api/operator/reclaim")
+    def operator_reclaim(who: Who) -> Response:
+        """Idle and under-used allocated GPUs per job and user, with the operator's action."""
+        require_operator(who)
+        with demo.lock:
+            return body(views.reclaim_view(demo))
 
     @app.get("/metrics")
     def metrics(who: Who) -> Response:

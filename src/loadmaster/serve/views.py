@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from loadmaster.diagnostics import detect, frame_from_store
+from loadmaster.diagnostics.reclaim import ReclaimRule, reclaim_report
 from loadmaster.errors import LoadmasterError
 from loadmaster.model import MILLI_PER_GPU, Job, PendingJob, TaskPlacement
 from loadmaster.serve.auth import AuthError, Principal, can_see_job
@@ -534,3 +536,43 @@ def _rank_matrix(
         with np.errstate(invalid="ignore", divide="ignore"):
             values = 100.0 * got.mean / (got.mean + free)
     return values, got.times_s
+
+
+FINDINGS_WINDOW_S = 6 * 3600.0
+"""How much of a job's run (the newest part) its findings are computed over."""
+
+
+def job_findings(demo: Demo, principal: Principal, job_id: str) -> Json:
+    """The diagnostics findings of a job's telemetry (kind, targets, interval, evidence, confidence).
+
+    Computed from the demo's store on the telemetry grid over the newest
+    :data:`FINDINGS_WINDOW_S` of the run; a job without telemetry under its
+    label (pending, or its GPUs already relabelled after it ended) gets an
+    empty list and a ``note`` that says why.
+    """
+    job = _find_job(demo, principal, job_id)
+    sim = demo.sim
+    number = sim.index[job.id]
+    start = float(sim.log.start[number])
+    record = sim.records.get(job.id)
+    if math.isnan(start) and record is not None:
+        start = record.start_s
+    end = record.end_s if record is not None and record.end_s is not None else sim.now_s
+    step = demo.options.telemetry_step_s
+    out: Json = {"job": job.id, "step_s": step, "start_s": None, "end_s": None, "findings": []}
+    if math.isnan(start):
+        return {**out, "note": "the job has not started: no telemetry yet"}
+    lo = max(start, end - FINDINGS_WINDOW_S, demo.oldest_s)
+    lo = step * math.floor(lo / step)
+    if end - lo < 3 * step or not demo.store.series(job=job.id):
+        return {**out, "note": "too little telemetry under this job's label to diagnose"}
+    frame = frame_from_store(demo.store, job.id, lo, end, step)
+    findings = detect(frame)
+    return {**out, "start_s": lo, "end_s": end, "findings": [f.to_dict() for f in findings]}
+
+
+def reclaim_view(demo: Demo) -> Json:
+    """The reclaim report (idle and under-used allocated GPUs per job and user, with the action)
+    as of now; the rule's sample is at least one telemetry step, so coverage is judged fairly."""
+    rule = ReclaimRule(sample_s=max(ReclaimRule().sample_s, demo.options.telemetry_step_s))
+    return reclaim_report(demo.store, demo.now_s, rule).to_dict()

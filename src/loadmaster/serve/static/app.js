@@ -311,12 +311,51 @@ async function showOperator() {
       s.pools.map((p) => `<tr><td>${esc(p.pool)}</td><td class="num">${p.gpus}</td><td class="num">${p.allocated}</td><td class="num">${p.free}</td><td class="num">${p.fragmented_free}</td><td class="num">${p.largest_free_block}</td><td class="num">${p.queue_length}</td><td class="num">${p.gpus_wanted}</td><td>${fmtDur(p.oldest_wait_s)}</td></tr>`))}
     <h3>Unhealthy GPUs</h3>${table(["node", "GPU", "badges"], s.unhealthy.map((u) => `<tr><td>${esc(u.node)}</td><td>${u.gpu}</td><td>${u.badges}</td></tr>`))}
     <h3>Jobs holding idle GPUs</h3>${table(["job", "idle GPUs"], s.idle_allocated.top_jobs.map((j) => `<tr><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td class="num">${j.idle_gpus}</td></tr>`))}
-    <h3>Usage by user</h3>${table(["user", "GPUs"], s.users.map((u) => `<tr><td>${esc(u.user)}</td><td class="num">${u.gpus}</td></tr>`))}`;
+    <h3>Usage by user</h3>${table(["user", "GPUs"], s.users.map((u) => `<tr><td>${esc(u.user)}</td><td class="num">${u.gpus}</td></tr>`))}
+    <div id="reclaim" data-testid="reclaim"><h3>Reclaim</h3><p class="muted">loading the reclaim report…</p></div>`;
+  showReclaim().catch((error) => {
+    document.getElementById("reclaim").innerHTML = `<h3>Reclaim</h3><p class="error">${esc(error.message)}</p>`;
+  });
   document.getElementById("speed-set").onclick = async () => {
     await api("/api/operator/speed", { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ speed: Number(document.getElementById("speed").value) }) });
     showOperator();
   };
+}
+
+async function showReclaim() { // idle / under-used allocated GPUs per job and user, with the action to take
+  const r = await api("/api/operator/reclaim");
+  const rule = `idle: GPU utilisation ≤ ${r.rule.idle_max_util_pct} % in every ${r.rule.sample_s} s sample for ${fmtDur(r.rule.idle_window_s)}; ` +
+    `under-used: p95 SM activity < ${r.rule.underused_p95_sm} over ${fmtDur(r.rule.underused_window_s)}`;
+  const users = Object.entries(r.users).map(([u, c]) => `${esc(u)}: ${c.idle_gpus} idle, ${c.underused_gpus} under-used`).join("; ");
+  document.getElementById("reclaim").innerHTML = `<h3>Reclaim: ${r.idle_gpus} idle and ${r.underused_gpus} under-used allocated GPUs</h3>
+    <p class="muted">${rule}</p><p class="muted">by user: ${users || "none"}</p>
+    ${table(["job", "user", "GPUs", "idle", "under-used", "action"], r.jobs.map((j) =>
+      `<tr data-testid="reclaim-row"><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td>${esc(j.user)}</td><td class="num">${j.gpus}</td>
+       <td title="${esc(j.idle.join(" "))}" class="num">${j.idle.length}</td><td title="${esc(j.underused.join(" "))}" class="num">${j.underused.length}</td>
+       <td class="reason">${esc(j.action)}</td></tr>`))}`;
+}
+
+async function showFindings(jobId) { // the diagnostics findings of the job's telemetry
+  const el = document.getElementById("job-findings");
+  el.innerHTML = `<h3>Findings</h3><p class="muted">diagnosing…</p>`;
+  let f;
+  try {
+    f = await api(`/api/jobs/${encodeURIComponent(jobId)}/findings`);
+  } catch (error) {
+    el.innerHTML = `<h3>Findings</h3><p class="error">${esc(error.message)}</p>`; return;
+  }
+  const span = f.start_s === null ? "" : ` (${fmtTime(f.start_s)} to ${fmtTime(f.end_s)}, ${f.step_s} s steps)`;
+  const rows = f.findings.map((x) => {
+    const targets = x.nodes.length ? x.nodes.join(", ") : x.gpus.join(", ");
+    const numbers = Object.entries(x.evidence.numbers).map(([k, v]) => `${esc(k)} ${v ?? "-"}`).join(", ");
+    return `<tr data-testid="finding" data-kind="${esc(x.kind)}"><td>${esc(x.kind)}</td><td>${esc(targets)}</td>
+      <td>${fmtTime(x.start_s)} – ${fmtTime(x.end_s)}</td><td class="reason">${esc(x.evidence.text)}<div class="muted">${esc(x.evidence.metrics.join(", "))}: ${numbers}</div></td>
+      <td class="num">${x.confidence.toFixed(2)}</td></tr>`;
+  });
+  el.dataset.count = String(f.findings.length);
+  el.innerHTML = `<h3>Findings${span}</h3>${f.note ? `<p class="muted">${esc(f.note)}</p>` : ""}
+    ${rows.length ? table(["kind", "targets", "interval", "evidence", "confidence"], rows) : (f.note ? "" : "<p>No findings: the job's GPUs look like their peers.</p>")}`;
 }
 
 async function showJob(jobId) {
@@ -330,6 +369,7 @@ async function showJob(jobId) {
   } catch (error) {
     info.innerHTML = `<p class="error" data-status="${error.status}">${error.status}: ${esc(error.message)}</p>`;
     document.getElementById("job-heatmap").innerHTML = ""; document.getElementById("job-sparklines").innerHTML = "";
+    document.getElementById("job-findings").innerHTML = "";
     return;
   }
   info.innerHTML = `<h3 data-testid="job-title">${esc(job.id)} · ${esc(job.user)} · ${job.gpus} GPUs · ${esc(job.state)}</h3>
@@ -337,6 +377,7 @@ async function showJob(jobId) {
     efficiency ${job.efficiency_pct ?? "-"} %; on ${job.placements.map((p) => `${esc(p.node)}[${p.gpus.join(",")}]`).join(" ")}</p>
     ${job.pending ? `<p>Waiting: ${job.pending.plugin ? `[${esc(job.pending.plugin)}] ` : ""}${esc(job.pending.reason)}; position ${job.pending.position}; estimated start ${fmtTime(job.pending.estimated_start_s)}</p>` : ""}
     ${job.last_wait_reason ? `<p class="muted">last wait reason: ${esc(job.last_wait_reason)}</p>` : ""}`;
+  const findings = showFindings(jobId);
   const metric = document.getElementById("job-metric").value;
   const t = await api(`/api/jobs/${encodeURIComponent(jobId)}/telemetry?metric=${metric}`);
   const x = t.times_s.map(fmtTime);
@@ -348,6 +389,7 @@ async function showJob(jobId) {
       { displayModeBar: false });
   }
   document.getElementById("job-sparklines").innerHTML = t.ranks.map((rank, i) => `<span class="spark" data-testid="sparkline"><span>${esc(rank)}</span>${sparkline(t.values[i], t.low, t.high)}</span>`).join("");
+  await findings;
 }
 
 let plotlyLoading = null;
