@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean e2e-kind e2e-kind-clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,33 @@ test: lint
 
 bench: $(VENV)/.core
 	$(BIN)/python benchmarks/sim_throughput.py
+
+# End to end on a local kind cluster: needs Docker and kind (https://kind.sigs.k8s.io); not run in CI.
+# Builds the image, loads it into kind, installs the PodGroup CRD, deploy/ and the gang example,
+# then waits until every example pod is scheduled. `make e2e-kind-clean` deletes the cluster.
+KIND ?= kind
+KUBECTL ?= kubectl
+KIND_CLUSTER ?= loadmaster-e2e
+PODGROUP_CRD ?= https://raw.githubusercontent.com/kubernetes-sigs/scheduler-plugins/master/manifests/coscheduling/crd.yaml
+
+e2e-kind:
+	$(KIND) get clusters | grep -qx $(KIND_CLUSTER) || $(KIND) create cluster --name $(KIND_CLUSTER) --wait 120s
+	docker build -f deploy/Dockerfile -t loadmaster:dev .
+	$(KIND) load docker-image loadmaster:dev --name $(KIND_CLUSTER)
+	# kind nodes have no GPUs: advertise 8 fake nvidia.com/gpu on each node (extended resources need no device plugin to be scheduled)
+	for node in $$($(KUBECTL) get nodes -o name); do \
+	  $(KUBECTL) patch $$node --subresource=status --type=json \
+	    -p '[{"op":"add","path":"/status/capacity/nvidia.com~1gpu","value":"8"}]'; done
+	$(KUBECTL) apply -f $(PODGROUP_CRD)
+	$(KUBECTL) apply -f deploy/namespace.yaml
+	$(KUBECTL) apply -f deploy/rbac.yaml -f deploy/configmap-profiles.yaml -f deploy/configmap-queues.yaml -f deploy/deployment.yaml
+	$(KUBECTL) -n loadmaster rollout status deployment/loadmaster --timeout=180s
+	$(KUBECTL) apply -f deploy/examples/gang.yaml
+	$(KUBECTL) wait --for=condition=PodScheduled pod -l scheduling.x-k8s.io/pod-group=gang-demo --timeout=120s
+	$(KUBECTL) get pods -o wide -l scheduling.x-k8s.io/pod-group=gang-demo
+
+e2e-kind-clean:
+	$(KIND) delete cluster --name $(KIND_CLUSTER)
 
 clean:
 	rm -rf $(VENV) out .mypy_cache .ruff_cache .pytest_cache

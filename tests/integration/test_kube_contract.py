@@ -137,7 +137,7 @@ def test_a_dropped_or_expired_watch_resumes_or_relists(api: KubeApiDouble, fault
     cluster.stop()
 
 
-@pytest.mark.parametrize("outage_s", [1.0])
+@pytest.mark.parametrize("outage_s", [1.0, 30.0])
 def test_the_api_unavailable_for_a_while(api: KubeApiDouble, outage_s: float) -> None:
     gangs(api)
     cluster = a_cluster(api)

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from loadmaster import __version__
 from loadmaster.cli import diagnose as diagnose_commands
+from loadmaster.cli import kube as kube_commands
 from loadmaster.cli import mig as mig_commands
 from loadmaster.cli import trace as trace_commands
 from loadmaster.cli import workload as workload_commands
@@ -42,6 +43,7 @@ app.add_typer(trace_commands.app, name="trace")
 app.add_typer(workload_commands.app, name="workload")
 app.add_typer(diagnose_commands.app, name="diagnose")
 app.add_typer(mig_commands.app, name="mig")
+app.add_typer(kube_commands.app, name="kube")
 app.command(name="agent")(agent_command)
 app.command("serve")(serve_command)
 

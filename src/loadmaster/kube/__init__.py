@@ -3,6 +3,8 @@
 :mod:`translate` turns API objects into model objects (pure), :mod:`state`
 builds each cycle's snapshot from the watched objects, :mod:`api` wraps the
 official client (informers, leader Lease), :mod:`cluster` is the loop body
-(:class:`KubeCluster`), and :mod:`testing` is the in-process API double the
-contract tests and the benchmark drive the official client against.
+(:class:`KubeCluster`), :mod:`queues` merges the queues/quotas ConfigMap into
+the profile, :mod:`snapshot` turns the live cluster into a cluster spec and a
+trace, and :mod:`testing` is the in-process API double the contract tests and
+the benchmark drive the official client against.
 """

@@ -91,6 +91,10 @@ class Informer:
             except ApiFailure:
                 self._stop.wait(self.backoff_s)
 
+    def list_once(self) -> None:
+        """List the kind now, on the caller's thread (raises what the client raises)."""
+        self._list()
+
     def _list(self) -> None:
         response = self._call(_preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
         body = json.loads(response.data)

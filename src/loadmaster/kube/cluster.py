@@ -47,6 +47,10 @@ class StepReport:
     """Job ids whose gang was rolled back."""
     waiting: dict[str, str] = field(default_factory=dict)
     """Job id -> why it still waits."""
+    planned_binds: list[tuple[str, str]] = field(default_factory=list)
+    """(pod key, node) the cycle decided to bind (written or, in a dry run, not)."""
+    planned_evictions: list[str] = field(default_factory=list)
+    """Pod keys the cycle decided to evict."""
     result: CycleResult | None = None
 
 
@@ -88,6 +92,17 @@ class KubeCluster:
         for informer in self.informers.values():
             informer.stop()
 
+    def list_now(self) -> None:
+        """List every kind once, without watching: for one-shot commands (dry run, snapshot)."""
+        for informer in self.informers.values():
+            informer.list_once()
+        self.drain()
+
+    def listed(self) -> bool:
+        """True once every informer has listed its kind at least once."""
+        self.drain()
+        return all(i.version > 0 for i in self.informers.values())
+
     def synced_to(self, version: int) -> bool:
         """True once every informer has listed and seen the API up to ``version``."""
         self.drain()
@@ -125,6 +140,10 @@ class KubeCluster:
                 status = result.status_of(job_id, self.scheduler.profile.lane(job))
                 if status is not None:
                     report.waiting[job_id] = status.reason
+        for decision in result.decisions:  # a job bound whole this cycle no longer waits
+            if isinstance(decision, Bind) and decision.starts:
+                report.waiting.pop(decision.job_id, None)
+        _plan(view, result, report)
         if dry_run:
             return report
         for decision in result.decisions:
@@ -280,3 +299,15 @@ class KubeCluster:
             "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups", group, body,
             _request_timeout=REQUEST_TIMEOUT_S,
         )  # fmt: skip
+
+
+def _plan(view: View, result: CycleResult, report: StepReport) -> None:
+    """Record the cycle's binds and evictions as pod keys and node names."""
+    for decision in result.decisions:
+        if isinstance(decision, Preempt):
+            report.planned_evictions.extend(view.bound.get(decision.job_id, []))
+        elif isinstance(decision, Bind):
+            pods = view.unbound[decision.job_id][: len(decision.placements)]
+            report.planned_binds.extend(
+                (key, view.node_names[p.node]) for key, p in zip(pods, decision.placements, strict=True)
+            )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -56,6 +57,7 @@ _ROUTE = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$"
 )
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 _KINDS = {
     "nodes": ("v1", "Node"),
     "pods": ("v1", "Pod"),
@@ -145,7 +147,8 @@ class KubeApiDouble:
         """Every rejected request body, with why: a contract test asserts it stays empty."""
         self.bindings: list[tuple[str, str]] = []
         """Every successful bind as (pod key, node), in order."""
-        self.requests: dict[str, int] = {}
+        self.requests: dict[tuple[str, str], int] = {}
+        """(RBAC verb, resource[/subresource]) -> how many requests: what a Role must allow."""
         self._conflicts = 0
         self._down_until = 0.0
         self._server: ThreadingHTTPServer | None = None
@@ -353,7 +356,7 @@ class KubeApiDouble:
     def serve(self) -> str:
         """Start the HTTP front end on a free port; return its base URL."""
         handler = type("Handler", (_Handler,), {"api": self})
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server = _Server(("127.0.0.1", 0), handler)
         server.daemon_threads = True
         self._server = server
         threading.Thread(target=server.serve_forever, daemon=True, name="kube-double").start()
@@ -366,6 +369,12 @@ class KubeApiDouble:
             self._server.shutdown()
             self._server.server_close()
 
+    def record(self, verb: str, resource: str, sub: str | None = None) -> None:
+        """Count one request by the RBAC verb and resource it needs."""
+        key = (verb, f"{resource}/{sub}" if sub else resource)
+        with self.lock:
+            self.requests[key] = self.requests.get(key, 0) + 1
+
     def down(self) -> bool:
         return time.monotonic() < self._down_until
 
@@ -375,9 +384,7 @@ class KubeApiDouble:
         if match is None or match["resource"] not in _KINDS:
             raise ApiStatus(404, "NotFound", f"no route for {method} {path}")
         resource, ns, name, sub = match["resource"], match["ns"], match["name"], match["sub"]
-        self.requests[f"{method} {resource}{'/' + sub if sub else ''}"] = (
-            self.requests.get(f"{method} {resource}{'/' + sub if sub else ''}", 0) + 1
-        )
+        self.record(_VERBS[method] if name is not None or method != "GET" else "list", resource, sub)
         key = f"{ns}/{name}" if ns else str(name)
         with self.lock:
             if method == "GET":
@@ -397,6 +404,13 @@ class KubeApiDouble:
             if method == "DELETE":
                 return 200, self.delete(resource, key)
         raise ApiStatus(405, "MethodNotAllowed", f"{method} {path}")
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Quiet about clients that hang up (a closed keep-alive connection); loud about the rest."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -436,6 +450,7 @@ class _Handler(BaseHTTPRequestHandler):
         match = _ROUTE.match(path)
         if match is None or match["resource"] not in _KINDS:
             raise ApiStatus(404, "NotFound", path)
+        self.api.record("watch", match["resource"])
         since = int(query.get("resourceVersion") or 0) or self.api.rv
         timeout = float(query.get("timeoutSeconds") or 300)
         deadline = time.monotonic() + timeout

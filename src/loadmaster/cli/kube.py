@@ -1,0 +1,127 @@
+"""``loadmaster kube``: run as a Kubernetes scheduler, show what it would do, snapshot the cluster."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.table import Table
+
+from loadmaster.cli.output import console
+from loadmaster.config import BUILTIN_PROFILES
+from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.cluster import KubeCluster, StepReport
+from loadmaster.kube.queues import DEFAULT_CONFIGMAP, load_profile
+from loadmaster.kube.snapshot import take_snapshot
+from loadmaster.kube.translate import KubeError
+from loadmaster.scheduling import Scheduler
+from loadmaster.traces.trace import write_parquet
+
+app = typer.Typer(
+    no_args_is_help=True, help="Schedule pods on a Kubernetes cluster (schedulerName: loadmaster)."
+)
+
+Kubeconfig = Annotated[
+    Path | None, typer.Option(help="Kubeconfig file (default: the in-cluster service account)")
+]
+ProfileName = Annotated[str, typer.Option(help="Profile to schedule with")]
+ProfilesFile = Annotated[str, typer.Option(help="Profiles file (default: the built-in profiles)")]
+QueuesConfigMap = Annotated[
+    str, typer.Option(help="NAMESPACE/NAME of the queues ConfigMap ('' for none); absent is fine")
+]
+
+
+def _cluster(
+    kubeconfig: Path | None, profile: str, profiles_file: str, queues: str, lease_ns: str
+) -> KubeCluster:
+    api = api_client(kubeconfig=str(kubeconfig) if kubeconfig else None)
+    chosen = load_profile(api, profile, profiles_file, queues or None)
+    identity = os.environ.get("POD_NAME") or socket.gethostname()
+    lease = LeaderElector(api, identity, namespace=lease_ns)
+    return KubeCluster(api, Scheduler(chosen), identity, lease=lease)
+
+
+@app.command("run")
+def run(  # noqa: PLR0917 - typer maps each option to a parameter
+    kubeconfig: Kubeconfig = None,
+    profile: ProfileName = "binpack",
+    profiles_file: ProfilesFile = BUILTIN_PROFILES,
+    queues: QueuesConfigMap = DEFAULT_CONFIGMAP,
+    interval: Annotated[float, typer.Option(help="Seconds between scheduling cycles")] = 1.0,
+    lease_namespace: Annotated[str, typer.Option(help="Namespace of the leader Lease")] = "loadmaster",
+    max_steps: Annotated[int, typer.Option(help="Stop after this many cycles (0: run until killed)")] = 0,
+) -> None:
+    """Watch pods naming loadmaster, nodes and PodGroups; bind, evict and explain every INTERVAL s."""
+    cluster = _cluster(kubeconfig, profile, profiles_file, queues, lease_namespace)
+    cluster.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not cluster.listed():
+            if time.monotonic() > deadline:
+                raise KubeError("could not list nodes, pods and PodGroups within 60 s")
+            time.sleep(0.05)
+        steps = 0
+        while max_steps == 0 or steps < max_steps:
+            report = cluster.step()
+            steps += 1
+            if report.bound or report.evicted or report.rolled_back:
+                console.print(
+                    f"cycle {steps}: bound {len(report.bound)}, evicted {len(report.evicted)}, "
+                    f"rolled back {len(report.rolled_back)}, waiting {len(report.waiting)}"
+                    + ("" if report.leader else " (not the leader)")
+                )
+            if max_steps == 0 or steps < max_steps:
+                time.sleep(interval)
+    finally:
+        cluster.stop()
+
+
+@app.command("dry-run")
+def dry_run(
+    kubeconfig: Kubeconfig = None,
+    profile: ProfileName = "binpack",
+    profiles_file: ProfilesFile = BUILTIN_PROFILES,
+    queues: QueuesConfigMap = DEFAULT_CONFIGMAP,
+) -> None:
+    """One cycle on the live cluster, writing nothing: what would bind, be evicted, and why others wait."""
+    cluster = _cluster(kubeconfig, profile, profiles_file, queues, "loadmaster")
+    cluster.list_now()
+    _print_plan(cluster.step(dry_run=True))
+
+
+def _print_plan(report: StepReport) -> None:
+    table = Table(title="What loadmaster would do now (nothing was written)")
+    for column in ("action", "pod or job", "node or reason"):
+        table.add_column(column)
+    for key, node in report.planned_binds:
+        table.add_row("bind", key, node)
+    for key in report.planned_evictions:
+        table.add_row("evict", key, "")
+    for job_id, reason in sorted(report.waiting.items()):
+        table.add_row("wait", job_id, reason)
+    console.print(table)
+
+
+@app.command("snapshot")
+def snapshot(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder for cluster.yaml and jobs.parquet")],
+    kubeconfig: Kubeconfig = None,
+    name: Annotated[str, typer.Option(help="Name of the cluster spec")] = "live",
+) -> None:
+    """Write the live cluster as a cluster spec (cluster.yaml) and its jobs as a trace (jobs.parquet)."""
+    api = api_client(kubeconfig=str(kubeconfig) if kubeconfig else None)
+    cluster = KubeCluster(api, Scheduler(load_profile(api, "binpack", configmap=None)), "snapshot")
+    cluster.list_now()
+    taken = take_snapshot(cluster.state, name)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cluster.yaml").write_text(yaml.safe_dump(taken.cluster, sort_keys=False))
+    write_parquet(taken.trace, out / "jobs.parquet")
+    console.print(
+        f"Wrote {out / 'cluster.yaml'} and {out / 'jobs.parquet'} ({len(taken.trace)} jobs). Replay: "
+        f"loadmaster simulate --cluster {out / 'cluster.yaml'} --trace {out / 'jobs.parquet'}"
+    )

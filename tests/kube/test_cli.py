@@ -1,0 +1,157 @@
+"""`loadmaster kube run | dry-run | snapshot` against the API double, through a kubeconfig file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kube.helpers import a_node, a_pod, a_pod_group
+from loadmaster.cli import app
+from loadmaster.config import load_cluster
+from loadmaster.errors import ConfigError
+from loadmaster.kube.api import api_client
+from loadmaster.kube.queues import load_profile, plugin_args_from
+from loadmaster.kube.testing import KubeApiDouble
+from loadmaster.traces.trace import read_parquet
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def api() -> Iterator[KubeApiDouble]:
+    double = KubeApiDouble(clock=lambda: 1_700_000_000.0)
+    double.url = double.serve()  # type: ignore[attr-defined]
+    yield double
+    double.close()
+
+
+@pytest.fixture
+def kubeconfig(api: KubeApiDouble, tmp_path: Path) -> Path:
+    path = tmp_path / "kubeconfig"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "double", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
+        "users": [{"name": "me", "user": {}}],
+        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "me"}}],
+        "current-context": "double",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def populate(api: KubeApiDouble) -> None:
+    """Two 8-GPU nodes; a gang of 2 x 4 GPUs, a 4-GPU pod, and a 16-GPU pod that can never fit."""
+    for i in range(2):
+        api.create("nodes", a_node(f"n{i}"))
+    api.create("podgroups", a_pod_group("g", 2))
+    for i in range(2):
+        api.create("pods", a_pod(f"g-{i}", 4, "g"))
+    api.create("pods", a_pod("small", 4))
+    api.create("pods", a_pod("later", 16))
+
+
+def invoke(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result.output
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(api: KubeApiDouble, kubeconfig: Path) -> None:
+    populate(api)
+    before = api.rv
+    out = invoke("kube", "dry-run", "--kubeconfig", str(kubeconfig), "--queues", "")
+    assert "team-a/g-0" in out and "team-a/g-1" in out and "team-a/small" in out
+    assert "wait" in out and "team-a/later" in out
+    assert api.bindings == [] and api.rv == before and api.objects("events") == []
+
+
+def test_run_binds_and_explains(api: KubeApiDouble, kubeconfig: Path) -> None:
+    populate(api)
+    invoke("kube", "run", "--kubeconfig", str(kubeconfig), "--max-steps", "1", "--interval", "0")
+    assert sorted(k for k, _ in api.bindings) == ["team-a/g-0", "team-a/g-1", "team-a/small"]
+    later = api.get("pods", "team-a/later")
+    assert later is not None
+    condition = next(c for c in later["status"]["conditions"] if c["type"] == "PodScheduled")
+    assert condition["status"] == "False" and condition["message"]
+    for key in ("team-a/g-0", "team-a/small"):  # a pod bound this cycle is not marked unschedulable
+        pod = api.get("pods", key)
+        assert pod is not None
+        assert [c["status"] for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"] == ["True"]
+    assert api.get("leases", "loadmaster/loadmaster") is not None
+    assert api.invalid == []
+
+
+def test_snapshot_writes_a_loadable_cluster_spec_and_trace(
+    api: KubeApiDouble, kubeconfig: Path, tmp_path: Path
+) -> None:
+    populate(api)
+    invoke("kube", "run", "--kubeconfig", str(kubeconfig), "--max-steps", "1", "--interval", "0")
+    out = tmp_path / "snap"
+    invoke("kube", "snapshot", "--kubeconfig", str(kubeconfig), "-o", str(out))
+    cluster = load_cluster(str(out / "cluster.yaml"))
+    assert len(cluster.nodes) == 2 and cluster.nodes.total_gpus == 16
+    trace = read_parquet(out / "jobs.parquet")
+    rows = {r["job_id"]: r for r in trace.table.to_pylist()}
+    assert set(rows) == {"team-a/g", "team-a/small", "team-a/later"}
+    assert rows["team-a/g"]["tasks"] == 2 and rows["team-a/g"]["gpu_milli_per_task"] == 4000
+    assert rows["team-a/g"]["status"] == "running" and rows["team-a/later"]["status"] == "unknown"
+
+
+QUEUES = """
+quota:
+  unknown_group: reject
+  orgs:
+    research:
+      groups:
+        team-a: {nominal: 4}
+"""
+
+
+def a_queues_configmap(text: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "loadmaster-queues", "namespace": "loadmaster"},
+        "data": {"plugins.yaml": text},
+    }
+
+
+def test_quotas_from_the_configmap_replace_the_profiles(api: KubeApiDouble) -> None:
+    api.create("configmaps", a_queues_configmap(QUEUES))
+    profile = load_profile(api_client(host=api.url), "fair")  # type: ignore[attr-defined]
+    quota = next(p for p in profile.plugins if p.name == "quota")
+    assert list(quota.args.orgs["research"].groups) == ["team-a"]  # type: ignore[attr-defined]
+    assert quota.args.unknown_group == "reject"  # type: ignore[attr-defined]
+
+
+def test_quota_limits_what_run_binds(api: KubeApiDouble, kubeconfig: Path) -> None:
+    populate(api)
+    api.create("configmaps", a_queues_configmap(QUEUES))
+    invoke("kube", "run", "--kubeconfig", str(kubeconfig), "--profile", "fair", "--max-steps", "1")
+    bound_gpus = 4 * len(api.bindings)  # every pod of populate() that can fit asks for 4 GPUs
+    assert bound_gpus == 4  # the organisation holds 4 GPUs: the gang (8) waits, the 4-GPU pod runs
+    assert api.invalid == []
+
+
+@pytest.mark.parametrize(
+    ("text", "wanted"),
+    [
+        ("nope: {a: 1}", "no such plugin"),
+        ("quota: [1, 2]", "must map plugin names"),
+        ("quota: {orgs: {r: {groups: {}}}}", "at least one group"),
+    ],
+)
+def test_a_bad_queues_configmap_is_named_in_the_error(api: KubeApiDouble, text: str, wanted: str) -> None:
+    api.create("configmaps", a_queues_configmap(text))
+    with pytest.raises(ConfigError, match=wanted) as error:
+        load_profile(api_client(host=api.url), "fair")  # type: ignore[attr-defined]
+    assert "loadmaster-queues" in str(error.value)
+
+
+def test_no_configmap_means_the_profile_as_written() -> None:
+    assert plugin_args_from(a_queues_configmap("")) == {}

@@ -1,0 +1,173 @@
+"""deploy/: every manifest valid (strict OpenAPI schema); the RBAC rules are exactly the calls made."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
+from loadmaster.cli import app
+from loadmaster.config import load_profiles
+from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.cluster import KubeCluster
+from loadmaster.kube.queues import plugin_args_from, profile_with
+from loadmaster.kube.testing import SCHEMA_VERSION, KubeApiDouble
+from loadmaster.scheduling import Scheduler
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+CRD_GROUPS = ("scheduling.x-k8s.io/", "kubeflow.org/")
+"""Kinds defined by CRDs, which kubernetes-validate has no schema for: checked for shape only."""
+
+
+def manifests() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{path.relative_to(DEPLOY)}[{i}]", doc)
+        for path in sorted(DEPLOY.rglob("*.yaml"))
+        for i, doc in enumerate(yaml.safe_load_all(path.read_text()))
+        if doc is not None
+    ]
+
+
+def by_kind(kind: str, name: str) -> dict[str, Any]:
+    return next(d for _, d in manifests() if d["kind"] == kind and d["metadata"]["name"] == name)
+
+
+@pytest.mark.parametrize(("where", "doc"), manifests(), ids=[w for w, _ in manifests()])
+def test_every_manifest_is_valid(where: str, doc: dict[str, Any]) -> None:
+    if doc["apiVersion"].startswith(CRD_GROUPS):
+        assert doc["metadata"]["name"] and doc["spec"], where
+        return
+    kubernetes_validate.validate(doc, f"{SCHEMA_VERSION}.0", strict=True)
+
+
+def test_the_deployment_runs_two_replicas_with_flags_the_cli_has() -> None:
+    deployment = by_kind("Deployment", "loadmaster")
+    assert deployment["spec"]["replicas"] == 2
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["kube", "run"]
+    help_text = CliRunner().invoke(app, ["kube", "run", "--help"], terminal_width=200).output
+    for flag in args[2:]:
+        assert flag.split("=")[0] in help_text, flag
+
+
+def test_the_profiles_and_queues_configmaps_load(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles.yaml"
+    profiles.write_text(by_kind("ConfigMap", "loadmaster-profiles")["data"]["profiles.yaml"])
+    assert set(load_profiles(str(profiles))) == {"gang-binpack", "fair"}
+    args = plugin_args_from(by_kind("ConfigMap", "loadmaster-queues"))
+    profile = profile_with("fair", args, str(profiles))
+    quota = next(p for p in profile.plugins if p.name == "quota")
+    assert set(quota.args.orgs["research"].groups) == {"team-a", "team-b"}  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- RBAC
+
+
+@pytest.fixture
+def api() -> Iterator[KubeApiDouble]:
+    double = KubeApiDouble(clock=lambda: 1_700_000_000.0)
+    double.url = double.serve()  # type: ignore[attr-defined]
+    yield double
+    double.close()
+
+
+def rbac_rules() -> set[tuple[str, str, str]]:
+    role = by_kind("ClusterRole", "loadmaster-scheduler")
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+GROUPS = {"leases": "coordination.k8s.io", "podgroups": "scheduling.x-k8s.io"}
+
+
+def the_cli_commands(api: KubeApiDouble, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "d", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "d", "context": {"cluster": "d", "user": "u"}}],
+                "current-context": "d",
+            }
+        )
+    )
+    api.create("configmaps", by_kind("ConfigMap", "loadmaster-queues"))
+    for i in range(2):
+        api.create("nodes", a_node(f"n{i}"))
+    api.create("podgroups", a_pod_group("g", 2))
+    api.create("podgroups", a_pod_group("big", 2))
+    for i in range(2):
+        api.create("pods", a_pod(f"g-{i}", 4, "g"))
+        api.create("pods", a_pod(f"big-{i}", 8, "big"))
+    base = ["--kubeconfig", str(kubeconfig)]
+    runner = CliRunner()
+    for command in (
+        ["kube", "run", *base, "--profile", "fair", "--max-steps", "2", "--interval", "0"],
+        ["kube", "dry-run", *base, "--profile", "fair"],
+        ["kube", "snapshot", *base, "-o", str(tmp_path / "snap")],
+    ):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 0, result.output
+
+
+def a_rollback_and_a_preemption(api: KubeApiDouble) -> None:
+    """On its own double: the CLI's replica holds the Lease of the first."""
+    client = api_client(host=api.serve())
+    lease = LeaderElector(client, "a", namespace="loadmaster")
+    cluster = KubeCluster(client, Scheduler(load_profiles()["priority"]), "a", lease=lease)
+    cluster.start()
+    api.create("nodes", a_node("p0"))
+    api.create("podgroups", a_pod_group("rb", 2, namespace="team-b"))
+    for i in range(2):
+        api.create("pods", a_pod(f"rb-{i}", 4, "rb", namespace="team-b"))
+    wait_synced(cluster, api.rv)
+    original = cluster._bind_pod
+    calls: list[str] = []
+
+    def conflict_second(key: str, node: str, gpus: str) -> bool:
+        calls.append(key)
+        if len(calls) == 2:
+            api.conflict_next_binds(1)
+        return original(key, node, gpus)
+
+    cluster._bind_pod = conflict_second  # type: ignore[method-assign]
+    assert cluster.step().rolled_back
+    cluster._bind_pod = original  # type: ignore[method-assign]
+    api.create("pods", a_pod("low", 8, namespace="team-b"))
+    wait_synced(cluster, api.rv)
+    cluster.step()
+    high = a_pod("high", 8, namespace="team-b")
+    high["spec"]["priorityClassName"] = "high"  # the priority plugins read the class name
+    api.create("pods", high)
+    wait_synced(cluster, api.rv)
+    assert cluster.step().evicted == ["team-b/low"]
+    cluster.stop()
+
+
+def test_the_cluster_role_allows_exactly_the_calls_the_code_makes(api: KubeApiDouble, tmp_path: Path) -> None:
+    the_cli_commands(api, tmp_path)
+    other = KubeApiDouble(clock=lambda: 1_700_000_000.0)
+    try:
+        a_rollback_and_a_preemption(other)
+    finally:
+        other.close()
+    made = {
+        (GROUPS.get(resource.split("/")[0], ""), resource, verb)
+        for verb, resource in [*api.requests, *other.requests]
+    }
+    assert api.invalid == [] and other.invalid == []
+    assert made == rbac_rules()
