@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,6 @@ from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.traces.trace import read_parquet
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def api() -> Iterator[KubeApiDouble]:
-    double = KubeApiDouble(clock=lambda: 1_700_000_000.0)
-    double.url = double.serve()  # type: ignore[attr-defined]
-    yield double
-    double.close()
 
 
 @pytest.fixture

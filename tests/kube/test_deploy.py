@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +66,6 @@ def test_the_profiles_and_queues_configmaps_load(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- RBAC
-
-
-@pytest.fixture
-def api() -> Iterator[KubeApiDouble]:
-    double = KubeApiDouble(clock=lambda: 1_700_000_000.0)
-    double.url = double.serve()  # type: ignore[attr-defined]
-    yield double
-    double.close()
 
 
 def rbac_rules() -> set[tuple[str, str, str]]:

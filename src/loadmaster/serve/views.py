@@ -498,12 +498,7 @@ def job_telemetry(
     job = _find_job(demo, principal, job_id)
     chosen = metric(metric_key)
     sim = demo.sim
-    number = sim.index[job.id]
-    start = float(sim.log.start[number])
-    record = sim.records.get(job.id)
-    if math.isnan(start) and record is not None:
-        start = record.start_s
-    end = record.end_s if record is not None and record.end_s is not None else sim.now_s
+    start, end = _run_interval(demo, job.id)
     placements = _placements(demo, job.id)
     names = [n.name for n in sim.nodes.nodes]
     ranks = [(p.node, g) for p in placements for g in p.gpu_indices]
@@ -519,6 +514,17 @@ def job_telemetry(
         "ranks": labels, "times_s": [round(float(t), 1) for t in times],
         "values": [[_round(float(v)) for v in row] for row in matrix],
     }  # fmt: skip
+
+
+def _run_interval(demo: Demo, job_id: str) -> tuple[float, float]:
+    """When the job started (NaN if it has not) and when it ended (now while it runs)."""
+    sim = demo.sim
+    start = float(sim.log.start[sim.index[job_id]])
+    record = sim.records.get(job_id)
+    if math.isnan(start) and record is not None:
+        start = record.start_s
+    end = record.end_s if record is not None and record.end_s is not None else sim.now_s
+    return start, end
 
 
 def _rank_matrix(
@@ -551,13 +557,7 @@ def job_findings(demo: Demo, principal: Principal, job_id: str) -> Json:
     empty list and a ``note`` that says why.
     """
     job = _find_job(demo, principal, job_id)
-    sim = demo.sim
-    number = sim.index[job.id]
-    start = float(sim.log.start[number])
-    record = sim.records.get(job.id)
-    if math.isnan(start) and record is not None:
-        start = record.start_s
-    end = record.end_s if record is not None and record.end_s is not None else sim.now_s
+    start, end = _run_interval(demo, job.id)
     step = demo.options.telemetry_step_s
     out: Json = {"job": job.id, "step_s": step, "start_s": None, "end_s": None, "findings": []}
     if math.isnan(start):
