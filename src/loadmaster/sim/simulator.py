@@ -73,6 +73,8 @@ class Simulator:
         self.rng = np.random.default_rng(options.seed)
         self._bind_times: dict[str, list[tuple[float, float]]] = {}
         self._last: CycleResult | None = None
+        self.now = math.nan
+        """Time of the last :meth:`step` (NaN before the first)."""
         self.explanations: dict[str, list[tuple[float, str]]] = {j: [] for j in options.explain}
         self.mig = (
             MigDriver(
@@ -117,6 +119,7 @@ class Simulator:
         is due. Needs at least one event left.
         """
         now = self.events.next_time()
+        self.now = now
         ticked = False
         due = self.events.pop_next() if self.options.cycle_per_event else self.events.pop_due(now)
         for kind, index in due:
@@ -127,6 +130,17 @@ class Simulator:
             # running and nothing left to arrive, no later cycle could change anything.
             self.events.push(now + (self.options.period_s or math.inf), Kind.TICK)
         return now
+
+    def cycle_again(self) -> None:
+        """Run one more scheduling cycle at the time of the last :meth:`step`, with no new event.
+
+        For a driver that makes one decision per cycle and then looks again at
+        the same instant (the RL environment, :mod:`loadmaster.rl.env`). Needs
+        a :meth:`step` first.
+        """
+        if math.isnan(self.now):
+            raise SimulationError("cycle_again needs a step first")
+        self._cycle(self.now)
 
     def _handle(self, kind: Kind, index: int, now: float) -> bool:
         """Carry out one event; True if it was a periodic tick."""
