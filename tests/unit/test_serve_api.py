@@ -243,3 +243,25 @@ def test_tokens_are_written_for_the_demo_users(tmp_path: Any) -> None:
     text = path.read_text()
     assert table.token_of("u001") in text and '"operator"' in text
     assert table.authenticate(f"Bearer {table.token_of('ops')}").is_operator
+
+
+def test_each_users_layout_is_saved_on_the_server(client: TestClient, demo: Demo) -> None:
+    first, second = _users(demo)[:2]
+    layout = {"colour": "util", "layout": "user", "collapsed": ["pool:training"]}
+    saved = client.put("/api/me/layout", json=layout, headers=_auth(demo, first))
+    assert saved.status_code == 200
+    assert _get(client, "/api/me/layout", _auth(demo, first)) == layout
+    assert _get(client, "/api/me/layout", _auth(demo, second)) == {}  # one user's layout is theirs alone
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"colour": "purple"}, {"layout": "spiral"}, {"collapsed": "pool:training"}, {"zoom": 2}],
+)
+def test_a_bad_layout_is_refused_naming_the_field(
+    client: TestClient, demo: Demo, bad: dict[str, object]
+) -> None:
+    user = _users(demo)[0]
+    response = client.put("/api/me/layout", json=bad, headers=_auth(demo, user))
+    assert response.status_code == 422
+    assert next(iter(bad)) in response.text

@@ -18,12 +18,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from loadmaster.serve import views
@@ -55,6 +55,17 @@ class SpeedChange(BaseModel):
     """Body of ``POST /api/operator/speed``."""
 
     speed: float = Field(ge=0, description="simulated seconds per wall second; 0 pauses")
+
+
+class Layout(BaseModel):
+    """Body of ``PUT /api/me/layout``: one user's saved view of the cluster."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    colour: Literal["state", "owner", "util", "sm", "memory", "power", "temp"] = "state"
+    layout: Literal["hierarchy", "user"] = "hierarchy"
+    collapsed: list[str] = Field(default_factory=list, max_length=10_000)
+    """Keys of the collapsed groups (pool, zone, rack)."""
 
 
 CacheKey = tuple[str, str, float | None]
@@ -125,8 +136,24 @@ def create_app(demo: Demo, *, step_interval_s: float = 0.5, run_stepper: bool = 
     app.state.demo = demo
     _errors(app)
     _routes(app, demo, cache)
+    _layout_routes(app)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+def _layout_routes(app: FastAPI) -> None:
+    """Each user's saved layout, kept on the server so it follows the user to any browser."""
+    layouts: dict[str, Layout] = {}
+
+    @app.get("/api/me/layout")
+    def get_layout(who: Who) -> Layout | dict[str, Any]:
+        saved = layouts.get(who.name)
+        return saved if saved is not None else {}
+
+    @app.put("/api/me/layout")
+    def put_layout(who: Who, layout: Layout) -> Layout:
+        layouts[who.name] = layout
+        return layout
 
 
 async def _stepper(demo: Demo, cache: _SnapshotCache, interval_s: float) -> None:

@@ -42,8 +42,12 @@ function esc(text) {
 
 // ---- settings saved per user -------------------------------------------------------------------
 function settingsKey() { return `loadmaster.layout.${ui.me ? ui.me.name : "anon"}`; }
-function loadSettings() {
-  const saved = JSON.parse(localStorage.getItem(settingsKey()) || "{}");
+async function loadSettings() {
+  // The server keeps each user's layout (it follows the user to any browser); the browser's copy
+  // is the fallback when the server has none yet.
+  let saved = {};
+  try { saved = await api("/api/me/layout"); } catch (error) { saved = {}; }
+  if (!saved || !saved.layout) saved = JSON.parse(localStorage.getItem(settingsKey()) || "{}");
   ui.colour = saved.colour || "state";
   ui.layoutKind = saved.layout || (ui.me && ui.me.role === "user" ? "user" : "hierarchy");
   ui.collapsed = new Set(saved.collapsed || []);
@@ -51,9 +55,13 @@ function loadSettings() {
   document.getElementById("layout").value = ui.layoutKind;
 }
 function saveSettings() {
-  localStorage.setItem(settingsKey(), JSON.stringify({
-    colour: ui.colour, layout: ui.layoutKind, collapsed: [...ui.collapsed],
-  }));
+  const settings = { colour: ui.colour, layout: ui.layoutKind, collapsed: [...ui.collapsed] };
+  localStorage.setItem(settingsKey(), JSON.stringify(settings));
+  fetch("/api/me/layout", {
+    method: "PUT",
+    headers: { "Authorization": `Bearer ${ui.token}`, "Content-Type": "application/json" },
+    body: JSON.stringify(settings),
+  }).catch(() => {});
 }
 
 // ---- layout: groups of node boxes of GPU tiles -------------------------------------------------
@@ -484,7 +492,7 @@ async function start() {
   document.getElementById("who").textContent = `${ui.me.name} (${ui.me.role})`;
   document.body.dataset.role = ui.me.role;
   document.querySelectorAll("[data-role=operator]").forEach((el) => { el.hidden = ui.me.role !== "operator"; });
-  loadSettings();
+  await loadSettings();
   await show(ui.me.role === "user" ? "cluster" : "cluster");
   document.body.dataset.ready = "true";
   setInterval(() => { if (ui.view === "cluster" && ui.at === null) refreshCluster().catch(() => {}); }, 2000);
