@@ -1,7 +1,7 @@
 """FGD on openb: GPU-sharing policies against the published curves (Weng et al., ATC'23, Fig. 7a).
 
 Every policy places the openb default trace, inflated to 130% of the 6,212
-GPUs, on the 1,213 GPU nodes (protocol: loadmaster.sim.sharing_protocol), on
+GPUs, on the 1,213 GPU nodes (protocol: loadmaster.validation.fgd), on
 seeds 42-51; the mean allocated GPU share at each arrival level is compared
 with the mean of the authors' cached runs (expected_results/analysis_allo_discrete.csv).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadmaster.sim.sharing_protocol import LEVELS, POLICIES, OpenbData, discrete_curve, load_openb, run_seed
+from loadmaster.validation.fgd import LEVELS, POLICIES, OpenbData, discrete_curve, load_openb, run_seed
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -187,7 +187,7 @@ def main() -> None:
         "benchmark": "fgd_openb",
         "command": f"python benchmarks/fgd_openb.py --seeds {args.seeds} --workers {args.workers}",
         "setup": "openb_pod_list_default inflated to 130% of 6,212 GPUs on 1,213 GPU nodes, seeds "
-        f"{seeds[0]}-{seeds[-1]}, protocol loadmaster.sim.sharing_protocol",
+        f"{seeds[0]}-{seeds[-1]}, protocol loadmaster.validation.fgd",
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),

@@ -47,7 +47,7 @@ def compare(
     """Run every profile on the same jobs; ``progress(profile, jobs_done)`` reports as it goes."""
     runs = []
     mig = MigSimOptions(cluster.mig) if cluster.mig else None
-    jobs = with_interactive_default(workload.jobs, cluster.mig) if cluster.mig else workload.jobs
+    jobs = with_interactive_default(workload.jobs, cluster.mig, cluster.nodes)
     for profile in profiles:
         report = (lambda n, name=profile.name: progress(name, n)) if progress else None
         options = SimOptions(seed=seed, period_s=period_s, progress=report, explain=explain, mig=mig)

@@ -8,6 +8,7 @@ container.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +39,19 @@ def free_counts(pool: MigPool) -> np.ndarray:
             if gpu.ready and not used:
                 counts[node, pool.profiles.index(instance.profile)] += 1
     return counts
+
+
+def idle_gpus(pool: MigPool) -> list[float]:
+    """Per node: MIG GPUs less the compute slices in use, from the instances themselves."""
+    idle = [0.0] * pool.node_count
+    for node, _, gpu in pool.instances():
+        used = sum(
+            gpu.model.profile(i.profile).compute_slices
+            for i, u in zip(gpu.layout, gpu.used, strict=True)
+            if u
+        )
+        idle[node] += 1 - used / gpu.model.compute_slices
+    return idle
 
 
 def layouts_of(model: MigModel) -> list:  # type: ignore[type-arg]
@@ -80,6 +94,7 @@ def test_random_operations_keep_every_layout_valid_and_change_only_empty_gpus(
         for _, _, state in pool.instances():
             assert layout_problem(model, state.layout) is None
         assert (pool.free == free_counts(pool)).all()
+        assert pool.idle_gpus() == pytest.approx(idle_gpus(pool))
 
 
 def cluster() -> NodeTable:

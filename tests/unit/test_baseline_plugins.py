@@ -70,7 +70,16 @@ def job(job_id: str, submit_s: float, limit_s: float, gpus: int = 1, user: str =
 
 
 def test_every_baseline_is_registered_under_its_own_name() -> None:
-    assert set(BASELINE_PLUGINS) == {"sjf", "drf", "f1", "wfp3", "unicep", "multifactor", "tetris"}
+    assert set(BASELINE_PLUGINS) == {
+        "sjf",
+        "drf",
+        "f1",
+        "wfp3",
+        "unicep",
+        "multifactor",
+        "tetris",
+        "random-order",
+    }
     for name, cls in BASELINE_PLUGINS.items():
         assert cls.name == name
         assert PLUGINS[name] is cls

@@ -13,11 +13,13 @@ from loadmaster.errors import ConfigError, ModelError
 from loadmaster.model import Job, MigPoolConfig, Node, NodeTable, ResourceType, TaskRequest, TraceJob
 from loadmaster.model.mig import (
     MIG_MODELS,
+    SMALLEST_FIT,
     MigInstance,
     layout_problem,
     layout_text,
     mig_model_for,
     parse_layout,
+    smallest_fitting,
 )
 from loadmaster.scheduling import Scheduler
 from loadmaster.scheduling.mig_plan import plan_layouts, with_interactive_default
@@ -142,6 +144,17 @@ def test_a_reboot_requeues_jobs_and_reapplies_the_layout() -> None:
     assert result.mig.layouts == {"1g.10gb x7": 1}
 
 
+def test_the_timeline_counts_a_mig_gpu_as_allocated_only_as_far_as_its_instances_in_use() -> None:
+    mig = MigSimOptions((MigPoolConfig("p", "3g.40gb + 2g.20gb + 1g.10gb x2"),))
+    jobs = [*mig_jobs("3g.40gb", 1, duration_s=100.0), *mig_jobs("1g.10gb", 1, duration_s=50.0)]
+    timeline = run(jobs, mig, gpus=2).timeline
+    allocated = dict(zip(timeline.time_s.tolist(), timeline.allocated_gpus[:, 0].tolist(), strict=True))
+    assert allocated[0.0] == pytest.approx(4 / 7)  # 3 + 1 of 7 slices of one GPU; the other GPU idle
+    assert allocated[50.0] == pytest.approx(3 / 7)
+    assert allocated[100.0] == pytest.approx(0.0)
+    assert timeline.free_gpus[0] == pytest.approx(2 - 4 / 7)
+
+
 def test_a_mig_gang_spreads_without_topology_preference() -> None:
     jobs = [TraceJob(Job("g", "u", "g", 0.0, 9, TaskRequest(0, mig_profile="1g.10gb"), 1000.0), 10.0)]
     mig = MigSimOptions((MigPoolConfig("p", "1g.10gb x7"),))
@@ -152,9 +165,50 @@ def test_a_mig_gang_spreads_without_topology_preference() -> None:
 def test_interactive_jobs_default_to_the_pools_profile() -> None:
     small = TraceJob(Job("s", "u", "g", 0.0, 1, TaskRequest(500), 100.0, pool="p"), 10.0)
     big = TraceJob(Job("b", "u", "g", 0.0, 1, TaskRequest(2000), 100.0, pool="p"), 10.0)
-    out = with_interactive_default([small, big], [MigPoolConfig("p", "1g.10gb x7", None, "1g.10gb")])
+    config = MigPoolConfig("p", "1g.10gb x7", None, "1g.10gb")
+    out = with_interactive_default([small, big], [config], nodes())
     assert out[0].job.request.mig_profile == "1g.10gb" and out[0].job.request.gpu_milli == 0
     assert out[1] == big
+
+
+def small_job(request: TaskRequest, pool: str = "p", tasks: int = 1) -> TraceJob:
+    return TraceJob(Job("j", "u", "g", 0.0, tasks, request, 100.0, pool=pool), 10.0)
+
+
+@pytest.mark.parametrize(
+    ("request_", "pool", "tasks", "expected"),
+    [
+        (TaskRequest(1000, gpu_memory_mib=8_000), "p", 1, "1g.10gb"),
+        (TaskRequest(1000, gpu_memory_mib=10_240), "p", 1, "1g.10gb"),  # "10 GB or less" (MISSION.md)
+        (TaskRequest(1000, gpu_memory_mib=10_241), "p", 1, "2g.20gb"),
+        (TaskRequest(1000, gpu_memory_mib=30_000), "p", 1, "3g.40gb"),
+        (TaskRequest(1000, gpu_memory_mib=50_000), "p", 1, None),  # no profile of the layout holds it
+        (TaskRequest(100), "p", 1, "1g.10gb"),  # no memory recorded: a tenth of 80 GiB
+        (TaskRequest(250), "p", 1, "2g.20gb"),  # a quarter: 20 GiB
+        (TaskRequest(1000), "p", 1, None),  # a whole 80 GiB GPU
+        (TaskRequest(2000, gpu_memory_mib=1_000), "p", 1, None),  # two GPUs
+        (TaskRequest(1000, gpu_memory_mib=1_000), "p", 2, None),  # two tasks
+        (TaskRequest(1000, gpu_memory_mib=1_000), "other", 1, None),  # not the MIG pool
+        (TaskRequest(0, gpu_memory_mib=1_000, mig_profile="3g.40gb"), "p", 1, "3g.40gb"),  # its own
+    ],
+)
+def test_smallest_fit_gives_the_smallest_profile_of_the_layout_that_holds_the_job(
+    request_: TaskRequest, pool: str, tasks: int, expected: str | None
+) -> None:
+    config = MigPoolConfig("p", "3g.40gb + 2g.20gb + 1g.10gb x2", None, SMALLEST_FIT)
+    job = small_job(request_, pool, tasks)
+    out = with_interactive_default([job], [config], nodes())[0]
+    if expected is None:
+        assert out == job
+    else:
+        assert out.job.request.mig_profile == expected and out.job.request.gpu_milli == 0
+        assert out.duration_s == job.duration_s and out.job.request.gpu_memory_mib == request_.gpu_memory_mib
+
+
+def test_smallest_fit_leaves_media_engine_profiles_to_the_jobs_that_name_them() -> None:
+    layout = parse_layout(A100, "1g.10gb+me + 3g.40gb")
+    assert smallest_fitting(A100, layout, 5_000) == "3g.40gb"
+    assert smallest_fitting(A100, layout, 50_000) is None
 
 
 def test_cluster_config_reads_and_checks_the_mig_section(tmp_path: Path) -> None:
@@ -165,6 +219,40 @@ def test_cluster_config_reads_and_checks_the_mig_section(tmp_path: Path) -> None
     bad.write_text(text)
     with pytest.raises(ConfigError, match=r"bad.yaml:\d+: pools.interactive.mig.layout: .*do not fit"):
         load_cluster(str(bad))
+
+
+@pytest.mark.parametrize(
+    ("value", "loaded"),
+    [("smallest-fit", SMALLEST_FIT), ("nvidia.com/mig-2g.20gb", "2g.20gb"), ("1g.10gb", "1g.10gb")],
+)
+def test_cluster_config_reads_the_interactive_default(tmp_path: Path, value: str, loaded: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text((FIXTURES / "cluster.yaml").read_text().replace("1g.10gb\n", f"{value}\n"))
+    assert load_cluster(str(path)).mig[0].interactive_default == loaded
+
+
+@pytest.mark.parametrize("value", ["smalest-fit", "1g.99gb", "1g.6gb"])
+def test_a_bad_interactive_default_names_the_file_line_field_and_what_is_allowed(
+    tmp_path: Path, value: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text((FIXTURES / "cluster.yaml").read_text().replace("1g.10gb\n", f"{value}\n"))
+    pattern = (
+        rf"bad.yaml:13: pools.interactive.mig.interactive_default: '{value}' is neither smallest-fit "
+        r"nor a MIG profile of A100-80GB; allowed: smallest-fit, 1g.10gb, 1g.10gb\+me, 1g.20gb, "
+    )
+    with pytest.raises(ConfigError, match=pattern):
+        load_cluster(str(path))
+
+
+def test_an_interactive_default_that_is_not_text_says_what_is_allowed(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text((FIXTURES / "cluster.yaml").read_text().replace("1g.10gb\n", "true\n"))
+    pattern = (
+        r"bad.yaml:13: pools.interactive.mig.interactive_default: .*must be smallest-fit or a MIG profile"
+    )
+    with pytest.raises(ConfigError, match=pattern):
+        load_cluster(str(path))
 
 
 def test_layout_text_round_trips() -> None:

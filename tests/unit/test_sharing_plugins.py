@@ -19,9 +19,11 @@ from loadmaster.scheduling import PLUGINS, PluginSpec, build_profile
 from loadmaster.scheduling.framework import CycleContext
 from loadmaster.scheduling.plugins.fragmentation import (
     CompiledWorkload,
+    NodeStats,
     TypicalTask,
     fragmentation,
     fragmentation_growth,
+    node_stats,
     typical_workload,
 )
 from loadmaster.scheduling.plugins.sharing import (
@@ -39,7 +41,7 @@ from loadmaster.scheduling.plugins.sharing import (
     stranded_gpu,
 )
 from loadmaster.scheduling.state import WorkingState
-from loadmaster.sim.sharing_protocol import (
+from loadmaster.validation.fgd import (
     LEVELS,
     SeedRun,
     arrivals,
@@ -236,6 +238,29 @@ def test_vectorised_fragmentation_and_growth_match_the_definition() -> None:
                 continue
             new = reference_fragmentation(list(after), int(cpu[row]) - request.cpu_milli, workload)
             assert growth[row, column] == pytest.approx(new - expected[row]), (row, column)
+
+
+def test_a_placement_that_changes_no_fit_has_a_growth_of_exactly_zero() -> None:
+    # FGD scores a growth of 0 as 50 and one of 1e-12 as 49, so the stats cached for a node on its
+    # own and the growth computed among many nodes must agree to the last bit (a matrix product did not).
+    rng = np.random.default_rng(7)
+    shares = rng.choice([100, 250, 500, 750, 1000, 2000, 4000, 8000], size=30)
+    workload = tuple(
+        TypicalTask(int(rng.integers(1, 33)) * 1000, int(g), float(rng.random())) for g in shares
+    )
+    compiled = CompiledWorkload.of(workload)
+    gpus = rng.choice(np.arange(0, 1001, 50), size=(300, 8))
+    cpu = (
+        rng.integers(0, 64, size=300) * 2000 + 500
+    )  # never at a shape's CPU, so 1 milli-core fewer changes no fit
+    alone = [node_stats(gpus[i : i + 1], cpu[i : i + 1], compiled) for i in range(len(cpu))]
+    cached = NodeStats(
+        np.concatenate([a.counts for a in alone]),
+        np.concatenate([a.usable for a in alone]),
+        np.concatenate([a.frag for a in alone]),
+    )
+    growth = fragmentation_growth(gpus, cpu, TaskRequest(0, 1), compiled, cached)
+    assert (growth == 0.0).all()
 
 
 def test_typical_workload_keeps_the_most_frequent_shapes_up_to_coverage() -> None:

@@ -15,6 +15,7 @@ from loadmaster import __version__
 from loadmaster.cli import diagnose as diagnose_commands
 from loadmaster.cli import kube as kube_commands
 from loadmaster.cli import mig as mig_commands
+from loadmaster.cli import rl as rl_commands
 from loadmaster.cli import trace as trace_commands
 from loadmaster.cli import workload as workload_commands
 from loadmaster.cli.agent import agent as agent_command
@@ -44,6 +45,7 @@ app.add_typer(workload_commands.app, name="workload")
 app.add_typer(diagnose_commands.app, name="diagnose")
 app.add_typer(mig_commands.app, name="mig")
 app.add_typer(kube_commands.app, name="kube")
+app.add_typer(rl_commands.app, name="rl")
 app.command(name="agent")(agent_command)
 app.command("serve")(serve_command)
 

@@ -29,7 +29,7 @@ def plan(
     spec = load_cluster(cluster)
     if not spec.mig:
         raise ConfigError(spec.source, "pools", "no pool has a mig section; nothing to plan")
-    jobs = with_interactive_default(load_workload(workload, spec).jobs, spec.mig)
+    jobs = with_interactive_default(load_workload(workload, spec).jobs, spec.mig, spec.nodes)
     demand = demand_from_jobs(jobs)
     layouts = configured_layouts(spec.nodes, spec.mig)
     table = Table(title=f"MIG plan for {spec.name}: demand {_mix(demand)} (instances at once)")

@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loadmaster.config.yamlfile import YamlDocument, find_document, validate
 from loadmaster.errors import ModelError
 from loadmaster.model import MigPoolConfig, Node, NodeTable, ResourceType
-from loadmaster.model.mig import mig_model_for, parse_layout, profile_name
+from loadmaster.model.mig import SMALLEST_FIT, MigModel, mig_model_for, parse_layout, profile_name
 
 
 class _Strict(BaseModel):
@@ -63,7 +63,16 @@ class MigSpec(_Strict):
     gpus_per_node: int | None = Field(default=None, ge=1)
     """MIG mode on the first this many GPUs of each node; default all."""
     interactive_default: str | None = None
-    """Profile for single-task jobs of at most one GPU that name none (``1g.10gb``)."""
+    """What single-task jobs of at most one GPU that name no profile get: a profile (``1g.10gb``), or
+    ``smallest-fit``, the smallest profile of the layout that holds the job's GPU memory; default
+    none (jobs keep their requests)."""
+
+    @field_validator("interactive_default", mode="before")
+    @classmethod
+    def _a_name(cls, value: object) -> object:
+        if value is not None and not isinstance(value, str):  # ``true`` is not a choice of profile
+            raise ValueError(f"must be {SMALLEST_FIT} or a MIG profile such as 1g.10gb")
+        return value
 
 
 class PoolSpec(_Strict):
@@ -144,13 +153,24 @@ def _mig_config(
             parse_layout(model, mig.layout)
         except ModelError as exc:
             raise doc.error([*path, "layout"], f"{mig.layout!r}: {exc}") from None
-        if mig.interactive_default is not None:
-            try:
-                model.profile(profile_name(mig.interactive_default))
-            except ModelError as exc:
-                raise doc.error([*path, "interactive_default"], str(exc)) from None
-    default = profile_name(mig.interactive_default) if mig.interactive_default is not None else None
+        _check_default(doc, [*path, "interactive_default"], model, mig.interactive_default)
+    default = mig.interactive_default
+    if default is not None and default != SMALLEST_FIT:
+        default = profile_name(default)
     return MigPoolConfig(pool_name, mig.layout, mig.gpus_per_node, default)
+
+
+def _check_default(doc: YamlDocument, path: list[str | int], model: MigModel, value: str | None) -> None:
+    """``interactive_default`` must be smallest-fit or a profile of every GPU model of the pool."""
+    if value is None or value == SMALLEST_FIT:
+        return
+    try:
+        model.profile(profile_name(value))
+    except ModelError:
+        allowed = ", ".join([SMALLEST_FIT, *(p.name for p in model.profiles)])
+        raise doc.error(
+            path, f"{value!r} is neither {SMALLEST_FIT} nor a MIG profile of {model.name}; allowed: {allowed}"
+        ) from None
 
 
 def _expand(pool: str, group: NodeGroupSpec, rtype: ResourceType) -> list[Node]:

@@ -229,6 +229,29 @@ def parse_layout(model: MigModel, text: str) -> tuple[MigInstance, ...]:
     return pack_layout(model, names)
 
 
+SMALLEST_FIT = "smallest-fit"
+"""``interactive_default`` value: each job gets the smallest profile of its pool's layout that holds its
+GPU memory (Run:ai's dynamic MIG asks for memory and gets the smallest fitting slice the same way)."""
+
+MIB_PER_PROFILE_GB = 1024
+"""MiB per GB of a profile's name: ``1g.10gb`` holds a 10 GiB (10,240 MiB) need. The names are
+nominal (a 1g.10gb has about 9.75 GiB usable); MISSION.md's rule "jobs of 10 GB or less" counts so."""
+
+
+def smallest_fitting(model: MigModel, layout: Iterable[MigInstance], memory_mib: int) -> str | None:
+    """The smallest profile in ``layout`` whose memory holds ``memory_mib``; None if none does.
+
+    Smallest by memory, then compute slices, then name. Media-engine profiles (``+me``) are left to
+    the jobs that name them: there is one per GPU, and a notebook does not decode video.
+    """
+    names = {i.profile for i in layout if not i.profile.endswith("+me")}
+    ranked = sorted((model.profile(n) for n in names), key=lambda p: (p.memory_gb, p.compute_slices, p.name))
+    for profile in ranked:
+        if profile.memory_gb * MIB_PER_PROFILE_GB >= memory_mib:
+            return profile.name
+    return None
+
+
 def layout_text(layout: Iterable[MigInstance]) -> str:
     """``3g.40gb + 2g.20gb + 1g.10gb x2``: the profiles of a layout, largest first, repeats counted."""
     counts: dict[str, int] = {}
@@ -280,9 +303,12 @@ class MigPoolConfig:
     """A pool's MIG configuration: the layout its GPUs get, how many per node, the interactive default.
 
     ``gpus_per_node`` None: every GPU of the pool's nodes is in MIG mode;
-    else the first that many of each node. ``interactive_default`` is the
-    profile a single-task job of at most one GPU gets in this pool when it
-    asks for no profile itself (notebooks on MIG slices).
+    else the first that many of each node. ``interactive_default`` says what
+    a single-task job of at most one GPU gets in this pool when it asks for
+    no profile itself (notebooks on MIG slices): a profile name (every such
+    job gets it), :data:`SMALLEST_FIT` (the smallest profile of the layout
+    that holds the job's GPU memory; a job no profile holds keeps its
+    request), or None (jobs keep their requests).
     """
 
     pool: str
@@ -323,6 +349,12 @@ class MigPool:
     free: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int64))
     by_node: dict[int, tuple[int, ...]] = field(default_factory=dict)
     """The MIG-mode GPU indices of each node that has any (static: layouts change, GPUs do not)."""
+    used_slices: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per node: compute slices of its MIG-mode GPUs held by tasks, kept in step by occupy and vacate."""
+    slices_per_gpu: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per node: compute slices of one of its MIG-mode GPUs (1 where it has none; static)."""
+    total_slices: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Per node: compute slices of all its MIG-mode GPUs (static)."""
 
     @classmethod
     def build(
@@ -331,16 +363,36 @@ class MigPool:
         """A pool of GPUs with the given layouts, all free and ready."""
         names = sorted({p.name for model, _ in gpus.values() for p in model.profiles})
         pool = cls(node_count, {}, names, np.zeros((node_count, len(names)), dtype=np.int64))
+        pool.used_slices = np.zeros(node_count, dtype=np.int64)
+        pool.slices_per_gpu = np.ones(node_count, dtype=np.int64)
+        pool.total_slices = np.zeros(node_count, dtype=np.int64)
         for key, (model, layout) in sorted(gpus.items()):
             pool.gpus[key] = MigGpu(model, (), [], ready=False)
             pool.set_layout(key[0], key[1], layout, ready=True)
             pool.by_node[key[0]] = (*pool.by_node.get(key[0], ()), key[1])
+            pool.slices_per_gpu[key[0]] = model.compute_slices  # one resource type, so one model, per node
+            pool.total_slices[key[0]] += model.compute_slices
         return pool
+
+    def idle_gpus(self) -> npt.NDArray[np.float64]:
+        """Per node: the compute of its MIG-mode GPUs that no task holds, in GPUs (a 3g of 7 in use
+        on one GPU leaves 4/7). What the per-GPU free arrays, which show MIG GPUs as 0 free, leave out."""
+        idle: npt.NDArray[np.float64] = (self.total_slices - self.used_slices) / self.slices_per_gpu
+        return idle
 
     def copy(self) -> MigPool:
         """An independent copy (each scheduling cycle works on one)."""
         gpus = {k: MigGpu(g.model, g.layout, list(g.used), g.ready) for k, g in self.gpus.items()}
-        return MigPool(self.node_count, gpus, self.profiles, self.free.copy(), self.by_node)
+        return MigPool(
+            self.node_count,
+            gpus,
+            self.profiles,
+            self.free.copy(),
+            self.by_node,
+            self.used_slices.copy(),
+            self.slices_per_gpu,
+            self.total_slices,
+        )
 
     def free_count(self, profile: str) -> npt.NDArray[np.int64]:
         """Free instances of ``profile`` per node (a view; zeros if no GPU has the profile)."""
@@ -403,6 +455,7 @@ class MigPool:
             raise ModelError(f"MIG {slot.profile}@{slot.start} on GPU {slot.gpu} of node {node} is not free")
         gpu.used[position] = True
         self.free[node, self.profiles.index(slot.profile)] -= 1
+        self.used_slices[node] += gpu.model.profile(slot.profile).compute_slices
 
     def vacate(self, node: int, slot: MigSlot) -> None:
         """Mark ``slot`` free again."""
@@ -412,6 +465,7 @@ class MigPool:
                 f"MIG {slot.profile}@{slot.start} on GPU {slot.gpu} of node {node} is already free"
             )
         gpu.used[position] = False
+        self.used_slices[node] -= gpu.model.profile(slot.profile).compute_slices
         if gpu.ready:
             self.free[node, self.profiles.index(slot.profile)] += 1
 

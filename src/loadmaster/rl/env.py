@@ -20,20 +20,31 @@ from gymnasium import spaces
 
 from loadmaster.config import load_cluster, load_workload
 from loadmaster.errors import ConfigError
-from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, Job, TraceJob
+from loadmaster.model import ClusterSnapshot, Job, TraceJob
 from loadmaster.scheduling import Bind, CycleResult, PluginSpec, Scheduler, build_profile
+from loadmaster.scheduling.observe import (
+    FEATURE_CAP,
+    GLOBAL_FEATURES,
+    JOB_FEATURES,
+    ObservationSpec,
+    global_features,
+    job_features,
+    node_features,
+)
 from loadmaster.sim import SimOptions, Simulator
 
 ENV_ID = "loadmaster/Scheduling-v0"
 """The id :func:`register_env` registers."""
 
-JOB_FEATURES = ("present", "gpus", "time_limit", "wait", "user_usage", "fits")
-"""Columns of ``obs["jobs"]``, in order (see :class:`SchedulingEnv`)."""
-GLOBAL_FEATURES = ("queue_length", "allocation", "day_sin", "day_cos", "jobs_left")
-"""Entries of ``obs["global"]``, in order (see :class:`SchedulingEnv`)."""
-
-FEATURE_CAP = 1000.0
-"""Upper bound of unbounded features (waits, time limits, queue length): they are clipped to it."""
+__all__ = [
+    "ENV_ID",
+    "FEATURE_CAP",
+    "GLOBAL_FEATURES",
+    "JOB_FEATURES",
+    "EnvConfig",
+    "SchedulingEnv",
+    "register_env",
+]
 
 Obs = dict[str, Any]
 """An observation: float32 arrays under ``nodes``, ``jobs`` and ``global`` (Dict values are Any)."""
@@ -74,6 +85,9 @@ class EnvConfig:
     """Weight of the longest-wait penalty (0: off); see the reward in :class:`SchedulingEnv`."""
     wait_scale_s: float = 3600.0
     """Scale of waits in observations and in the fairness term (one hour)."""
+    allow_wait: bool = True
+    """Offer the wait action while some job can start (False: the agent must start one, as the
+    ``learned`` plugin with lax allocation does; wait stays valid when nothing fits)."""
 
     def __post_init__(self) -> None:
         positive = {
@@ -90,6 +104,11 @@ class EnvConfig:
                 raise ConfigError("EnvConfig", name, f"must be > 0, got {value}")
         if not self.fairness_weight >= 0:
             raise ConfigError("EnvConfig", "fairness_weight", f"must be >= 0, got {self.fairness_weight}")
+
+    @property
+    def observation(self) -> ObservationSpec:
+        """The feature settings the ``learned`` plugin must use to see what this env shows."""
+        return ObservationSpec(self.window, self.horizon_steps, self.horizon_step_s, self.wait_scale_s)
 
 
 class _AgentScheduler(Scheduler):
@@ -147,7 +166,8 @@ class SchedulingEnv(gym.Env[Obs, np.int64]):
     **Action mask.** ``info["action_mask"]`` and :meth:`action_masks` (bool,
     length K + 1): slot ``i`` is valid iff it holds a job that the placement
     plugin can start now; wait is valid iff an event is still due (with none
-    left, waiting could change nothing). At a decision point at least one
+    left, waiting could change nothing) and, with ``config.allow_wait`` False,
+    only while no slot is valid. At a decision point at least one
     action is valid. An invalid action is not an error: it is carried out as
     wait if wait is valid, else as the first valid slot, and
     ``info["invalid_action"]`` is True.
@@ -193,9 +213,6 @@ class SchedulingEnv(gym.Env[Obs, np.int64]):
         self.config = config or EnvConfig()
         self.cluster = load_cluster(self.config.cluster)
         nodes = self.cluster.nodes
-        self._node_gpus = np.maximum(nodes.gpus, 1).astype(np.float64)
-        self._largest = float(self._node_gpus.max())
-        self._total_gpus = float(nodes.gpus.sum())
         k, t = self.config.window, self.config.horizon_steps
         self.action_space = spaces.Discrete(k + 1)
         self.observation_space = spaces.Dict(
@@ -313,6 +330,8 @@ class SchedulingEnv(gym.Env[Obs, np.int64]):
                 result = self._scheduler.place(snapshot, pending.job.id, sim.now)
                 fits[shape] = any(isinstance(d, Bind) and d.starts for d in result.decisions)
             mask[i] = fits[shape]
+        if not self.config.allow_wait and mask[:-1].any():
+            mask[-1] = False
         return mask
 
     def _info(self, invalid: bool) -> dict[str, Any]:
@@ -321,58 +340,14 @@ class SchedulingEnv(gym.Env[Obs, np.int64]):
     def _observe(self) -> Obs:
         sim = self._require_sim()
         now = 0.0 if math.isnan(sim.now) else sim.now
-        return {
-            "nodes": self._node_features(now),
-            "jobs": self._job_features(now),
-            "global": self._global_features(now),
-        }
-
-    def _node_features(self, now: float) -> npt.NDArray[np.float32]:
-        sim = self._require_sim()
-        cfg = self.config
-        free = sim.cluster.free_milli / MILLI_PER_GPU
-        points = now + cfg.horizon_step_s * np.arange(cfg.horizon_steps + 1)
-        released = np.zeros((len(free), len(points)))
-        for running in sim.cluster.running.values():
-            after = (points >= running.expected_end_s) & (points > now)
-            for p in running.placements:
-                released[p.node] += after * (len(p.gpu_indices) * p.gpu_milli / MILLI_PER_GPU)
-        features = (free[:, None] + released) / self._node_gpus[:, None]
-        return np.clip(features, 0.0, 1.0).astype(np.float32)
-
-    def _job_features(self, now: float) -> npt.NDArray[np.float32]:
-        sim = self._require_sim()
-        cfg = self.config
-        usage = sim.cluster.usage.view(now)
-        users = {p.job.user for p in sim.cluster.pending.values()}
-        per_user = {u: usage.get(f"user/{u}", 0.0) for u in users}
-        total = sum(v for k, v in usage.items() if k.startswith("user/"))
-        features = np.zeros((cfg.window, len(JOB_FEATURES)), dtype=np.float32)
-        for i, pending in enumerate(self._window()):
-            job = pending.job
-            share = per_user[job.user] / total if total > 0 else 0.0
-            features[i] = (
-                1.0,
-                job.gpus / self._largest,
-                job.time_limit_s / 3600.0,
-                max(now - job.submit_s, 0.0) / cfg.wait_scale_s,
-                min(max(share, 0.0), 1.0),
-                float(self._mask[i]),
-            )
-        return np.minimum(features, FEATURE_CAP)
-
-    def _global_features(self, now: float) -> npt.NDArray[np.float32]:
-        sim = self._require_sim()
-        busy = self._total_gpus - float(sim.cluster.free_milli.sum()) / MILLI_PER_GPU
-        angle = 2 * math.pi * (now % 86_400.0) / 86_400.0
+        snapshot = sim.cluster.snapshot(now)
+        spec = self.config.observation
+        window = [p.job for p in self._window()]
         unstarted = len(self.traces) - int(np.sum(~np.isnan(sim.log.start)))
-        return np.array(
-            [
-                min(len(sim.cluster.pending) / self.config.window, FEATURE_CAP),
-                min(max(busy / self._total_gpus, 0.0), 1.0),
-                math.sin(angle),
-                math.cos(angle),
-                max(unstarted, 0) / len(self.traces),
-            ],
-            dtype=np.float32,
-        )
+        return {
+            "nodes": node_features(snapshot, now, spec),
+            "jobs": job_features(
+                window, snapshot, now, spec, fits=self._mask[: len(window)], rows=spec.window
+            ),
+            "global": global_features(snapshot, now, spec, max(unstarted, 0) / len(self.traces)),
+        }

@@ -14,11 +14,21 @@ less than the best single layout repeated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from loadmaster.model import MILLI_PER_GPU, MigPoolConfig, TraceJob
-from loadmaster.model.mig import MigInstance, MigModel, layout_text, maximal_layouts
+from loadmaster.errors import ModelError
+from loadmaster.model import MILLI_PER_GPU, MigPoolConfig, NodeTable, TaskRequest, TraceJob
+from loadmaster.model.mig import (
+    SMALLEST_FIT,
+    MigInstance,
+    MigModel,
+    layout_text,
+    maximal_layouts,
+    mig_model_for,
+    parse_layout,
+    smallest_fitting,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,26 +119,53 @@ def _reverse(text: str) -> str:
     return "".join(chr(0x10FFFF - ord(c)) for c in text)
 
 
-def with_interactive_default(jobs: Sequence[TraceJob], configs: Sequence[MigPoolConfig]) -> list[TraceJob]:
+def with_interactive_default(
+    jobs: Sequence[TraceJob], configs: Sequence[MigPoolConfig], nodes: NodeTable
+) -> list[TraceJob]:
     """Jobs of a pool with an ``interactive_default`` that ask for one task of at most one GPU and no
-    MIG profile get that profile instead (notebooks on MIG slices); other jobs are unchanged.
+    MIG profile get a profile instead (notebooks on MIG slices); other jobs are unchanged.
 
-    Run times are kept: an interactive session lasts as long as its user works, not as its GPU allows.
+    A named default goes to every such job. :data:`SMALLEST_FIT` gives each the smallest profile of
+    the pool's layout that holds its GPU memory need: the ``gpu_memory_mib`` it asked for, else its
+    share of the pool's smallest GPU memory (half a 24 GiB GPU needs 12 GiB); a job that no profile
+    holds keeps its request. Run times are kept: an interactive session lasts as long as its user
+    works, not as its GPU allows.
     """
-    defaults = {c.pool: c.interactive_default for c in configs if c.interactive_default is not None}
-    if not defaults:
+    choosers = {c.pool: _chooser(c, nodes) for c in configs if c.interactive_default is not None}
+    if not choosers:
         return list(jobs)
     out = []
     for trace in jobs:
         job, request = trace.job, trace.job.request
-        profile = defaults.get(job.pool or "")
+        choose = choosers.get(job.pool or "")
         small = job.tasks == 1 and request.mig_profile is None and 0 < request.gpu_milli <= MILLI_PER_GPU
-        if profile is None or not small:
+        profile = choose(request) if choose is not None and small else None
+        if profile is None:
             out.append(trace)
             continue
         mig_request = replace(request, gpu_milli=0, mig_profile=profile)
         out.append(replace(trace, job=replace(job, request=mig_request)))
     return out
+
+
+def _chooser(config: MigPoolConfig, nodes: NodeTable) -> Callable[[TaskRequest], str | None]:
+    """The profile a small job of ``config``'s pool gets, as a function of its request."""
+    fixed = config.interactive_default
+    if fixed != SMALLEST_FIT:
+        return lambda _: fixed
+    types = {n.resource_type for n in nodes.nodes if n.pool == config.pool}
+    models = [mig_model_for(nodes.resource_types[t].gpu_model) for t in sorted(types)]
+    if not models or models[0] is None:
+        raise ModelError(f"MIG pool {config.pool!r}: no nodes with MIG-capable GPUs")
+    model = models[0]  # the cluster spec checked the layout on every model of the pool
+    layout = parse_layout(model, config.layout)
+    gpu_memory_mib = min(nodes.resource_types[t].gpu_memory_mib for t in types)
+
+    def choose(request: TaskRequest) -> str | None:
+        need = request.gpu_memory_mib or -(-request.gpu_milli * gpu_memory_mib // MILLI_PER_GPU)
+        return smallest_fitting(model, layout, need)
+
+    return choose
 
 
 def demand_from_jobs(jobs: Sequence[TraceJob]) -> dict[str, float]:

@@ -12,6 +12,7 @@ from loadmaster.scheduling.plugins.binpack import BinPack
 from loadmaster.scheduling.plugins.fifo import Fifo
 from loadmaster.scheduling.plugins.firstfit import FirstFit
 from loadmaster.scheduling.plugins.gang import Gang
+from loadmaster.scheduling.plugins.learned import Learned
 from loadmaster.scheduling.plugins.multiqueue import MultiQueue
 from loadmaster.scheduling.plugins.preempt_priority import PriorityPreempt
 from loadmaster.scheduling.plugins.priority import PriorityClass
@@ -32,6 +33,7 @@ PLUGINS: Mapping[str, type[Plugin]] = {
     "random": RandomFit,
     "backfill": Backfill,
     "multi-queue": MultiQueue,
+    "learned": Learned,
     "priority-preempt": PriorityPreempt,
 }
 """Plugin name -> class."""
@@ -44,5 +46,10 @@ INCOMPATIBLE: tuple[tuple[frozenset[str], str], ...] = (
     (frozenset({"random", "binpack"}), "random placement overrides binpack's scores"),
     (frozenset({"random", "spread"}), "random placement overrides spread's scores"),
     (frozenset({"random", "first-fit"}), "random placement overrides first-fit's order"),
+    (
+        frozenset({"learned", "multi-queue"}),
+        "the learned policy was trained on one queue and ranks jobs of every size against each other;"
+        " splitting the queue by size throws that ranking away",
+    ),
 )
 """Plugin combinations a profile may not hold together, with the reason."""

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 
-from loadmaster.model import MILLI_PER_GPU, NodeTable, PendingJob, Timeline
+from loadmaster.model import MILLI_PER_GPU, MigPool, NodeTable, PendingJob, Timeline
 
 
 class TimelineRecorder:
@@ -51,9 +51,13 @@ class TimelineRecorder:
             if not counts[key]:
                 del counts[key]
 
-    def sample(self, time_s: float, gpu_free: np.ndarray, free_milli: np.ndarray) -> None:
-        """Record the state after a cycle at ``time_s``."""
-        free_per_pool = np.bincount(self.nodes.pool_index, weights=free_milli, minlength=self.pool_count)
+    def sample(
+        self, time_s: float, gpu_free: np.ndarray, free_milli: np.ndarray, mig: MigPool | None = None
+    ) -> None:
+        """Record the state after a cycle at ``time_s``; with ``mig``, a MIG-mode GPU counts as allocated
+        only as far as its instances in use go (the per-GPU arrays show it as never free)."""
+        free = free_milli if mig is None else free_milli + mig.idle_gpus() * MILLI_PER_GPU
+        free_per_pool = np.bincount(self.nodes.pool_index, weights=free, minlength=self.pool_count)
         self._times.append(time_s)
         self._allocated.append(self.pool_gpus - free_per_pool / MILLI_PER_GPU)
         self._queue.append(self.queued.copy())

@@ -198,7 +198,7 @@ class Simulator:
                     self._reserved(decision)
             self._last = result
             self._explain_cycle(result, now)
-        self.recorder.sample(now, self.cluster.gpu_free, self.cluster.free_milli)
+        self.recorder.sample(now, self.cluster.gpu_free, self.cluster.free_milli, self.cluster.mig)
 
     def _reserved(self, reserve: Reserve) -> None:
         index = self.index[reserve.job_id]

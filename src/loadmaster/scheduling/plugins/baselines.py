@@ -8,6 +8,7 @@ from loadmaster.scheduling.framework import Plugin
 from loadmaster.scheduling.plugins.drf import DominantResourceFairness
 from loadmaster.scheduling.plugins.hpc import F1, Unicep, Wfp3
 from loadmaster.scheduling.plugins.multifactor import Multifactor
+from loadmaster.scheduling.plugins.random_order import RandomOrder
 from loadmaster.scheduling.plugins.sjf import ShortestJobFirst
 from loadmaster.scheduling.plugins.tetris import Tetris
 
@@ -19,5 +20,6 @@ BASELINE_PLUGINS: Mapping[str, type[Plugin]] = {
     "unicep": Unicep,
     "multifactor": Multifactor,
     "tetris": Tetris,
+    "random-order": RandomOrder,
 }
 """Plugin name -> class, merged into ``registry.PLUGINS``."""

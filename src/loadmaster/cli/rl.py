@@ -1,0 +1,158 @@
+"""``loadmaster rl train`` and ``loadmaster rl eval``: the learned scheduler's training and evaluation.
+
+Training needs PyTorch (the ``rl`` extra); it is imported only here, inside
+the commands, so the rest of the tool (and the ``learned`` plugin, which runs
+on numpy) works without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from loadmaster.cli.output import console
+from loadmaster.config import load_cluster
+from loadmaster.errors import ConfigError
+from loadmaster.rl.env import EnvConfig
+from loadmaster.rl.evaluate import (
+    METRICS,
+    aggregate,
+    best_production,
+    comparison_profiles,
+    evaluate,
+    learned_profiles,
+)
+
+app = typer.Typer(no_args_is_help=True, help="The learned scheduler: train it with PPO, evaluate it.")
+
+
+def _floats(text: str, option: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError as err:
+        raise ConfigError(option, option, f"comma-separated numbers, got {text!r}") from err
+    if not values or any(not v > 0 for v in values):
+        raise ConfigError(option, option, f"one or more numbers > 0, got {text!r}")
+    return values
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    """``10000-10004`` or ``1,2,3``."""
+    try:
+        if "-" in text:
+            first, last = (int(x) for x in text.split("-", 1))
+            return tuple(range(first, last + 1))
+        return tuple(int(x) for x in text.split(","))
+    except ValueError as err:
+        raise ConfigError(
+            "--seeds", "--seeds", f"a range like 10000-10004 or a list like 1,2,3; got {text!r}"
+        ) from err
+
+
+def _progress() -> Progress:
+    columns = (TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=console, transient=False)
+
+
+@app.command("train")
+def train(  # noqa: PLR0917 - typer maps each option to a parameter
+    out: Annotated[Path, typer.Option(help="Folder for policy.npz, checkpoints/, curve.csv and curve.png")],
+    updates: Annotated[int, typer.Option(help="PPO updates")] = 60,
+    steps: Annotated[int, typer.Option(help="Decisions with a real choice per update")] = 2048,
+    seed: Annotated[int, typer.Option(help="Seed of torch, the episodes and the minibatches")] = 0,
+    jobs: Annotated[int, typer.Option(help="Jobs per training episode")] = 256,
+    loads: Annotated[str, typer.Option(help="Training loads, one environment each")] = "0.9,1.1",
+    fairness_weight: Annotated[
+        float, typer.Option(help="Weight of the max-wait penalty (learned-fair)")
+    ] = 0.0,
+    warm_start: Annotated[str, typer.Option(help="Heuristic imitated first: sjf, fifo or none")] = "sjf",
+    cluster: Annotated[str, typer.Option(help="Cluster spec file or built-in")] = "lab",
+    workload: Annotated[str, typer.Option(help="Workload spec file or built-in")] = "lab",
+    every: Annotated[int, typer.Option(help="Write a checkpoint every this many updates")] = 10,
+) -> None:
+    """Train the learned scheduler with PPO in the simulator (CPU; seeded)."""
+    try:
+        from loadmaster.rl.ppo import TrainConfig  # noqa: PLC0415 (torch is an optional extra)
+        from loadmaster.rl.run import train_to  # noqa: PLC0415
+    except ModuleNotFoundError as err:
+        raise ConfigError("rl train", "torch", "PyTorch is needed: pip install 'loadmaster[rl]'") from err
+    env = EnvConfig(
+        cluster=cluster, workload=workload, jobs=jobs, fairness_weight=fairness_weight, allow_wait=False
+    )
+    config = TrainConfig(
+        env=env,
+        loads=_floats(loads, "--loads"),
+        seed=seed,
+        updates=updates,
+        steps=steps,
+        warm_start=warm_start,  # type: ignore[arg-type]  # TrainConfig checks the value
+    )
+    command = shlex.join(["loadmaster", "rl", *sys.argv[2:]]) if len(sys.argv) > 2 else "loadmaster rl train"
+    with _progress() as progress:
+        task = progress.add_task("PPO updates", total=updates)
+
+        def show(log: object) -> None:
+            bsld = getattr(log, "mean_bsld", float("nan"))
+            progress.update(task, advance=1, description=f"PPO updates (episode bsld {bsld:.3f})")
+
+        final = train_to(config, out, every=every, command=command, on_update=show)
+    console.print(
+        f"Wrote {final} ({final.stat().st_size / 1024:.0f} KiB), {out / 'curve.csv'}, {out / 'curve.png'}"
+    )
+
+
+@app.command("eval")
+def eval_(  # noqa: PLR0917 - typer maps each option to a parameter
+    checkpoint: Annotated[str, typer.Option(help="Shipped name (lab) or a policy .npz")] = "lab",
+    fair_checkpoint: Annotated[str, typer.Option(help="Checkpoint of learned-fair")] = "lab-fair",
+    loads: Annotated[str, typer.Option(help="Loads of the held-out workloads")] = "0.7,0.9,1.1",
+    seeds: Annotated[str, typer.Option(help="Held-out workload seeds: 10000-10004 or 1,2,3")] = "10000-10004",
+    jobs: Annotated[int, typer.Option(help="Jobs per held-out workload")] = 1024,
+    cluster: Annotated[str, typer.Option(help="Cluster spec file or built-in")] = "lab",
+    workload: Annotated[str, typer.Option(help="Workload spec file or built-in")] = "lab",
+    out: Annotated[Path | None, typer.Option(help="Write eval.csv and eval.json here")] = None,
+) -> None:
+    """Compare learned and learned-fair with FIFO, SJF, first-fit, random, Tetris and production profiles."""
+    spec = load_cluster(cluster)
+    profiles = comparison_profiles(learned_profiles(checkpoint, fair_checkpoint))
+    load_values, seed_values = _floats(loads, "--loads"), _seeds(seeds)
+    total = len(profiles) * len(load_values) * len(seed_values)
+    with _progress() as progress:
+        task = progress.add_task("simulating", total=total)
+        rows = evaluate(
+            spec,
+            profiles,
+            workload=workload,
+            loads=load_values,
+            seeds=seed_values,
+            jobs=jobs,
+            progress=lambda what: progress.update(task, advance=1, description=what),
+        )
+    table = aggregate(rows)
+    for load, per in table.items():
+        best = best_production(per)
+        view = Table(
+            title=f"load {load:g}: mean over seeds {seeds} ({jobs} jobs each); best production: {best}"
+        )
+        for column in ("policy", "mean bsld", "makespan h", "Jain", "max wait h", "mean wait h"):
+            view.add_column(column)
+        for name, metrics in per.items():
+            view.add_row(name, *(f"{metrics[m]:.3f}" for m in METRICS))
+        console.print(view)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / "eval.csv").open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow([f.name for f in dataclasses.fields(rows[0])])
+            writer.writerows(dataclasses.astuple(r) for r in rows)
+        (out / "eval.json").write_text(json.dumps({str(k): v for k, v in table.items()}, indent=2) + "\n")
+        console.print(f"Wrote {out / 'eval.csv'} and {out / 'eval.json'}")

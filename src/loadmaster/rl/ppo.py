@@ -1,0 +1,357 @@
+"""PPO training of the learned scheduler in the simulator, on the CPU.
+
+One update = collect ``steps`` decisions from the environments (one per
+training load, episodes back to back), compute advantages with GAE, then
+``epochs`` passes of clipped-surrogate minibatch updates. Decisions with a
+single valid action teach nothing and are not stored; their reward goes to
+the previous stored decision. An optional warm start first imitates a
+heuristic (behaviour cloning), so PPO refines a sensible policy instead of
+starting from a random one, which it would mostly spend its budget escaping.
+
+Everything is seeded: torch, the environments and the minibatch shuffles
+draw from ``TrainConfig.seed``; torch runs on one thread, so the same seed
+gives the same checkpoint on the same machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from loadmaster.errors import ConfigError
+from loadmaster.rl.agent import Agent, Batch, prepare
+from loadmaster.rl.env import EnvConfig, SchedulingEnv
+
+Teacher = Literal["none", "sjf", "fifo"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """What to train on and PPO's settings (defaults: the shipped ``lab`` checkpoint)."""
+
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(jobs=256, allow_wait=False))
+    """Episode settings; ``env.load`` is replaced by each of ``loads``."""
+    loads: tuple[float, ...] = (0.9, 1.1)
+    """One environment per load; updates draw decisions from all of them."""
+    seed: int = 0
+    updates: int = 60
+    steps: int = 2048
+    """Stored decisions per update (over all environments)."""
+    epochs: int = 4
+    minibatch: int = 256
+    lr: float = 3e-4
+    gamma: float = 1.0
+    """Discount per decision: 1, since the episode's rewards sum to minus its mean bounded slowdown."""
+    gae_lambda: float = 0.95
+    clip: float = 0.2
+    entropy: float = 0.003
+    value_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden: int = 64
+    warm_start: Teacher = "sjf"
+    """Heuristic imitated before PPO (none: start from random weights)."""
+    warm_steps: int = 8192
+    """Decisions of behaviour cloning in the warm start."""
+
+    def __post_init__(self) -> None:
+        for name in ("updates", "steps", "epochs", "minibatch", "hidden"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ConfigError("TrainConfig", name, f"must be >= 1, got {value}")
+        if not self.loads or any(not load > 0 for load in self.loads):
+            raise ConfigError("TrainConfig", "loads", f"need one or more loads > 0, got {self.loads}")
+        if self.warm_start not in ("none", "sjf", "fifo"):
+            raise ConfigError("TrainConfig", "warm_start", f"one of none, sjf, fifo; got {self.warm_start!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateLog:
+    """One row of the learning curve."""
+
+    update: int
+    decisions: int
+    episodes: int
+    mean_bsld: float
+    """Mean bounded slowdown of the episodes that ended during the update (NaN if none)."""
+    mean_bsld_by_load: dict[float, float]
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    approx_kl: float
+    elapsed_s: float
+
+
+@dataclass
+class _Rollout:
+    jobs: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    present: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    context: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    mask: list[npt.NDArray[np.bool_]] = field(default_factory=list)
+    action: list[int] = field(default_factory=list)
+    logp: list[float] = field(default_factory=list)
+    value: list[float] = field(default_factory=list)
+    reward: list[float] = field(default_factory=list)
+    done: list[bool] = field(default_factory=list)
+    runner: list[int] = field(default_factory=list)
+    bootstrap: dict[int, float] = field(default_factory=dict)
+    """Value of each runner's state after its last stored decision, when its episode goes on."""
+
+    def batch(self, index: npt.NDArray[np.int64] | slice = slice(None)) -> Batch:
+        return Batch(
+            jobs=torch.from_numpy(np.stack(self.jobs)[index]),
+            present=torch.from_numpy(np.stack(self.present)[index]),
+            mask=torch.from_numpy(np.stack(self.mask)[index]),
+            context=torch.from_numpy(np.stack(self.context)[index]),
+        )
+
+
+class _Runner:
+    """One environment playing episodes back to back, remembering its episode's reward."""
+
+    def __init__(self, config: EnvConfig, seed: int) -> None:
+        self.env = SchedulingEnv(config)
+        self.load = config.load
+        self.obs, info = self.env.reset(seed=seed)
+        self.mask: npt.NDArray[np.bool_] = info["action_mask"]
+        self.episode_reward = 0.0
+        self.finished: list[float] = []
+
+    def step(self, action: int) -> tuple[float, bool]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.episode_reward += float(reward)
+        done = terminated or truncated
+        if done:
+            self.finished.append(-self.episode_reward)
+            self.episode_reward = 0.0
+            obs, info = self.env.reset()
+        self.obs, self.mask = obs, info["action_mask"]
+        return float(reward), done
+
+
+MAX_IDLE_EPISODES = 20
+"""Episodes in a row without one decision that has a choice before training gives up (the
+settings make every job start as soon as it arrives, so there is nothing to learn)."""
+
+
+def _check_progress(idle: int) -> None:
+    if idle >= MAX_IDLE_EPISODES:
+        raise ConfigError(
+            "TrainConfig",
+            "env.jobs",
+            f"{idle} episodes in a row offered no choice between jobs (queues never build up);"
+            " use more jobs per episode or higher loads",
+        )
+
+
+def teacher_action(
+    obs: dict[str, npt.NDArray[np.float32]], mask: npt.NDArray[np.bool_], teacher: Teacher
+) -> int:
+    """The heuristic's pick among valid slots: shortest requested time (sjf) or the oldest (fifo)."""
+    valid = np.flatnonzero(mask[:-1])
+    if len(valid) == 0:
+        return len(mask) - 1
+    if teacher == "sjf":
+        return int(valid[np.argmin(obs["jobs"][valid, 2])])
+    return int(valid[0])
+
+
+def train(config: TrainConfig, on_update: Callable[[UpdateLog, Agent], None] | None = None) -> Agent:
+    """Train an agent; ``on_update`` sees each update's log and the agent (for checkpoints)."""
+    torch.manual_seed(config.seed)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(config.seed)
+    runners = [
+        _Runner(dataclasses.replace(config.env, load=load), seed=int(rng.integers(2**31 - 1)))
+        for load in config.loads
+    ]
+    agent = Agent(runners[0].env.config.observation, hidden=config.hidden)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=config.lr)
+    if config.warm_start != "none":
+        _warm_start(agent, optimizer, runners, config)
+    started = time.perf_counter()
+    for update in range(1, config.updates + 1):
+        rollout = _collect(agent, runners, config.steps, rng)
+        losses = _optimise(agent, optimizer, rollout, config, rng)
+        by_load = {r.load: float(np.mean(r.finished)) for r in runners if r.finished}
+        finished = [x for r in runners for x in r.finished]
+        log = UpdateLog(
+            update=update,
+            decisions=len(rollout.action),
+            episodes=len(finished),
+            mean_bsld=float(np.mean(finished)) if finished else float("nan"),
+            mean_bsld_by_load=by_load,
+            policy_loss=losses[0],
+            value_loss=losses[1],
+            entropy=losses[2],
+            approx_kl=losses[3],
+            elapsed_s=time.perf_counter() - started,
+        )
+        for r in runners:
+            r.finished.clear()
+        if on_update is not None:
+            on_update(log, agent)
+    return agent
+
+
+def _inputs(
+    runner: _Runner,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    return prepare(runner.obs)
+
+
+def _warm_start(
+    agent: Agent, optimizer: torch.optim.Optimizer, runners: list[_Runner], config: TrainConfig
+) -> None:
+    """Behaviour cloning: play the teacher, then fit the score network to its choices."""
+    rollout = _Rollout()
+    idle = 0
+    while len(rollout.action) < config.warm_steps:
+        for runner in runners:
+            action = teacher_action(runner.obs, runner.mask, config.warm_start)
+            if runner.mask.sum() > 1:
+                idle = 0
+                jobs, present, context = _inputs(runner)
+                rollout.jobs.append(jobs)
+                rollout.present.append(present)
+                rollout.context.append(context)
+                rollout.mask.append(runner.mask.copy())
+                rollout.action.append(action)
+            idle += runner.step(action)[1]
+            _check_progress(idle)
+    for r in runners:
+        r.finished.clear()
+    actions = torch.tensor(rollout.action)
+    generator = torch.Generator().manual_seed(config.seed)
+    n = len(rollout.action)
+    for _ in range(10):
+        for start in range(0, n, config.minibatch):
+            index = torch.randperm(n, generator=generator)[: config.minibatch].numpy()
+            logits = agent.logits(rollout.batch(index))
+            loss = torch.nn.functional.cross_entropy(logits, actions[index])
+            optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            del start
+
+
+def _collect(agent: Agent, runners: list[_Runner], steps: int, rng: np.random.Generator) -> _Rollout:
+    """Play until ``steps`` decisions with a real choice are stored (round robin over runners)."""
+    rollout = _Rollout()
+    last: dict[int, int] = {}
+    idle = 0
+    with torch.no_grad():
+        while len(rollout.action) < steps:
+            for i, runner in enumerate(runners):
+                if runner.mask.sum() <= 1:
+                    reward, done = runner.step(int(np.argmax(runner.mask)))
+                    idle += done
+                    _check_progress(idle)
+                else:
+                    idle = 0
+                    jobs, present, context = _inputs(runner)
+                    batch = Batch(
+                        jobs=torch.from_numpy(jobs[None]),
+                        present=torch.from_numpy(present[None]),
+                        mask=torch.from_numpy(runner.mask[None].copy()),
+                        context=torch.from_numpy(context[None]),
+                    )
+                    logits = agent.logits(batch)[0]
+                    probs = torch.softmax(logits, dim=0).double().numpy()
+                    action = int(rng.choice(len(probs), p=probs / probs.sum()))
+                    rollout.jobs.append(jobs)
+                    rollout.present.append(present)
+                    rollout.context.append(context)
+                    rollout.mask.append(runner.mask.copy())
+                    rollout.action.append(action)
+                    rollout.logp.append(torch.log_softmax(logits, 0)[action].item())
+                    rollout.value.append(agent.values(batch)[0].item())
+                    rollout.reward.append(0.0)
+                    rollout.done.append(False)
+                    rollout.runner.append(i)
+                    last[i] = len(rollout.action) - 1
+                    reward, done = runner.step(action)
+                if i in last:
+                    rollout.reward[last[i]] += reward
+                    if done:
+                        rollout.done[last[i]] = True
+                        del last[i]
+        for i in last:
+            jobs, present, context = _inputs(runners[i])
+            batch = Batch(
+                jobs=torch.from_numpy(jobs[None]),
+                present=torch.from_numpy(present[None]),
+                mask=torch.from_numpy(runners[i].mask[None].copy()),
+                context=torch.from_numpy(context[None]),
+            )
+            rollout.bootstrap[i] = agent.values(batch)[0].item()
+    return rollout
+
+
+def advantages(
+    rollout: _Rollout, gamma: float, lam: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """GAE advantages and value targets, computed along each runner's own decisions."""
+    n = len(rollout.action)
+    adv = np.zeros(n)
+    values = np.asarray(rollout.value)
+    for i in set(rollout.runner):
+        steps = [k for k in range(n) if rollout.runner[k] == i]
+        gae, next_value = 0.0, rollout.bootstrap.get(i, 0.0)
+        for k in reversed(steps):
+            if rollout.done[k]:
+                gae, next_value = 0.0, 0.0
+            delta = rollout.reward[k] + gamma * next_value - values[k]
+            gae = delta + gamma * lam * gae
+            adv[k] = gae
+            next_value = values[k]
+    return adv, adv + values
+
+
+def _optimise(
+    agent: Agent,
+    optimizer: torch.optim.Optimizer,
+    rollout: _Rollout,
+    config: TrainConfig,
+    rng: np.random.Generator,
+) -> tuple[float, float, float, float]:
+    """Clipped-surrogate PPO epochs over the rollout; returns the last epoch's mean losses and KL."""
+    adv, returns = advantages(rollout, config.gamma, config.gae_lambda)
+    n = len(rollout.action)
+    full = rollout.batch()
+    actions = torch.tensor(rollout.action)
+    old_logp = torch.tensor(rollout.logp, dtype=torch.float32)
+    adv_t = torch.tensor((adv - adv.mean()) / (adv.std() + 1e-8), dtype=torch.float32)
+    returns_t = torch.tensor(returns, dtype=torch.float32)
+    stats: list[tuple[float, float, float, float]] = []
+    for _ in range(config.epochs):
+        stats.clear()
+        order = rng.permutation(n)
+        for start in range(0, n, config.minibatch):
+            idx = torch.from_numpy(order[start : start + config.minibatch])
+            batch = Batch(full.jobs[idx], full.present[idx], full.mask[idx], full.context[idx])
+            logits = agent.logits(batch)
+            logp_all = torch.log_softmax(logits, dim=1)
+            logp = logp_all.gather(1, actions[idx].unsqueeze(1)).squeeze(1)
+            ratio = torch.exp(logp - old_logp[idx])
+            surrogate = torch.min(
+                ratio * adv_t[idx], torch.clamp(ratio, 1 - config.clip, 1 + config.clip) * adv_t[idx]
+            )
+            policy_loss = -surrogate.mean()
+            probs = torch.softmax(logits, dim=1)
+            entropy = -(probs * torch.where(batch.mask, logp_all, torch.zeros_like(logp_all))).sum(1).mean()
+            value_loss = ((agent.values(batch) - returns_t[idx]) ** 2).mean()
+            loss = policy_loss + config.value_coef * value_loss - config.entropy * entropy
+            optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            torch.nn.utils.clip_grad_norm_(agent.parameters(), config.max_grad_norm)
+            optimizer.step()
+            kl = (old_logp[idx] - logp).mean().item()
+            stats.append((policy_loss.item(), value_loss.item(), entropy.item(), kl))
+    return tuple(float(x) for x in np.mean(stats, axis=0))  # type: ignore[return-value]

@@ -1,0 +1,105 @@
+"""A training run on disk: checkpoints, the learning curve as CSV and PNG, the final policy.
+
+Layout of ``out_dir``::
+
+    policy.npz              the final checkpoint (what ``learned`` loads)
+    checkpoints/update-N.npz  every ``every`` updates
+    curve.csv               one row per update (see UpdateLog)
+    curve.png               mean bounded slowdown of the training episodes per update, per load
+    config.json             the TrainConfig, for the record
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from loadmaster.rl.agent import Agent
+from loadmaster.rl.ppo import TrainConfig, UpdateLog, train
+
+CURVE_COLUMNS = (
+    "update",
+    "decisions",
+    "episodes",
+    "mean_bsld",
+    "policy_loss",
+    "value_loss",
+    "entropy",
+    "approx_kl",
+    "elapsed_s",
+)
+
+
+def config_record(config: TrainConfig) -> dict[str, Any]:
+    """The training settings as JSON-ready data (stored in every checkpoint's meta)."""
+    record: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(config)))
+    return record
+
+
+def train_to(
+    config: TrainConfig,
+    out_dir: Path,
+    *,
+    every: int = 10,
+    command: str = "",
+    on_update: Callable[[UpdateLog], None] | None = None,
+) -> Path:
+    """Train and write the run into ``out_dir``; returns the final checkpoint's path."""
+    (out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    record = config_record(config)
+    (out_dir / "config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    meta = {"train": record, "command": command}
+    logs: list[UpdateLog] = []
+    curve = out_dir / "curve.csv"
+    loads = sorted(config.loads)
+    with curve.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([*CURVE_COLUMNS, *(f"mean_bsld_load_{x:g}" for x in loads)])
+
+        def record_update(log: UpdateLog, agent: Agent) -> None:
+            logs.append(log)
+            row = [getattr(log, c) for c in CURVE_COLUMNS]
+            writer.writerow([*row, *(log.mean_bsld_by_load.get(x, float("nan")) for x in loads)])
+            fh.flush()
+            if log.update % every == 0 or log.update == config.updates:
+                with (out_dir / "checkpoints" / f"update-{log.update:04d}.npz").open("wb") as ckpt:
+                    agent.save(ckpt, {**meta, "update": log.update})
+            if on_update is not None:
+                on_update(log)
+
+        started = time.perf_counter()
+        agent = train(config, record_update)
+        seconds = round(time.perf_counter() - started, 1)
+    final = out_dir / "policy.npz"
+    with final.open("wb") as out:
+        agent.save(out, {**meta, "update": config.updates, "train_seconds": seconds})
+    plot_curve(logs, loads, out_dir / "curve.png")
+    return final
+
+
+def plot_curve(logs: list[UpdateLog], loads: list[float], path: Path) -> None:
+    """Mean bounded slowdown of the training episodes per update, one line per load."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for load in loads:
+        points = [(log.update, log.mean_bsld_by_load[load]) for log in logs if load in log.mean_bsld_by_load]
+        if points:
+            xs, ys = zip(*points, strict=True)
+            ax.plot(xs, ys, marker=".", label=f"load {load:g}")
+    ax.set_xlabel("PPO update")
+    ax.set_ylabel("mean bounded slowdown (training episodes)")
+    ax.set_title("Learned scheduler: learning curve")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,121 @@
+"""What a learned scheduler sees: node, job and global features of one cycle's snapshot.
+
+One module for both sides of the learned policy: the Gymnasium environment
+(``loadmaster.rl.env``) builds its observations here, and the ``learned``
+ordering plugin builds the same arrays from the cycle's
+:class:`~loadmaster.model.ClusterSnapshot`. Training and serving therefore
+cannot drift apart on a feature. Everything here is pure numpy on the
+snapshot; nothing reads a clock or a file.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, Job
+
+F32 = npt.NDArray[np.float32]
+
+JOB_FEATURES = ("present", "gpus", "time_limit", "wait", "user_usage", "fits")
+"""Columns of a job row, in order."""
+GLOBAL_FEATURES = ("queue_length", "allocation", "day_sin", "day_cos", "jobs_left")
+"""Entries of the global vector, in order."""
+
+FEATURE_CAP = 1000.0
+"""Upper bound of unbounded features (waits, time limits, queue length): they are clipped to it."""
+
+DAY_S = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationSpec:
+    """How far ahead the node features look and how waits are scaled (shared by env and plugin)."""
+
+    window: int = 64
+    """Queue length that counts as a full window (``queue_length`` = waiting / window)."""
+    horizon_steps: int = 8
+    """Future points of the node features (T)."""
+    horizon_step_s: float = 1800.0
+    """Spacing of those points; 8 x 30 min looks four hours ahead."""
+    wait_scale_s: float = 3600.0
+    """Scale of waits (one hour)."""
+
+
+def node_features(snapshot: ClusterSnapshot, now: float, spec: ObservationSpec) -> F32:
+    """Free GPUs / GPUs of each node now and at now + h x step (h = 1..T), as running jobs
+    reach their time limits (what a scheduler can know); shape (nodes, T + 1), in [0, 1]."""
+    node_gpus = np.maximum(snapshot.nodes.gpus, 1).astype(np.float64)
+    free = np.asarray(snapshot.free_milli, dtype=np.float64) / MILLI_PER_GPU
+    points = now + spec.horizon_step_s * np.arange(spec.horizon_steps + 1)
+    released = np.zeros((len(free), len(points)))
+    for running in snapshot.running:
+        after = (points >= running.expected_end_s) & (points > now)
+        for p in running.placements:
+            released[p.node] += after * (len(p.gpu_indices) * p.gpu_milli / MILLI_PER_GPU)
+    features = (free[:, None] + released) / node_gpus[:, None]
+    return np.clip(features, 0.0, 1.0).astype(np.float32)
+
+
+def user_shares(usage_gpu_s: Mapping[str, float], users: set[str]) -> dict[str, float]:
+    """Each user's share of the decayed past GPU use of all users, in [0, 1] (0 with no history)."""
+    total = sum(v for k, v in usage_gpu_s.items() if k.startswith("user/"))
+    if total <= 0:
+        return dict.fromkeys(users, 0.0)
+    return {u: min(max(usage_gpu_s.get(f"user/{u}", 0.0) / total, 0.0), 1.0) for u in users}
+
+
+def job_features(
+    jobs: Sequence[Job],
+    snapshot: ClusterSnapshot,
+    now: float,
+    spec: ObservationSpec,
+    *,
+    fits: Sequence[bool] | npt.NDArray[np.bool_] | None = None,
+    rows: int | None = None,
+) -> F32:
+    """One row per job (:data:`JOB_FEATURES`), zero-padded to ``rows`` (default: one per job).
+
+    ``gpus`` is the job's GPUs over the largest node's GPUs, ``time_limit`` its
+    requested time in hours (the scheduler never knows the true duration),
+    ``wait`` its wait so far over ``wait_scale_s``, ``user_usage`` its user's
+    share of decayed past use, ``fits`` whether it can start now (0 where the
+    caller does not know).
+    """
+    largest = float(max(int(snapshot.nodes.gpus.max(initial=0)), 1))
+    shares = user_shares(snapshot.usage_gpu_s, {job.user for job in jobs})
+    out = np.zeros((len(jobs) if rows is None else rows, len(JOB_FEATURES)), dtype=np.float32)
+    for i, job in enumerate(jobs):
+        out[i] = (
+            1.0,
+            job.gpus / largest,
+            job.time_limit_s / 3600.0,
+            max(now - job.submit_s, 0.0) / spec.wait_scale_s,
+            shares[job.user],
+            float(fits[i]) if fits is not None else 0.0,
+        )
+    return np.minimum(out, FEATURE_CAP)
+
+
+def global_features(
+    snapshot: ClusterSnapshot, now: float, spec: ObservationSpec, jobs_left: float = 0.0
+) -> F32:
+    """``queue_length`` (waiting / window), ``allocation`` (busy GPU fraction), time of day as
+    sine and cosine, and ``jobs_left`` (an episode's unstarted fraction; 0 outside training)."""
+    total = float(snapshot.nodes.gpus.sum())
+    busy = total - float(np.sum(snapshot.free_milli)) / MILLI_PER_GPU
+    angle = 2 * math.pi * (now % DAY_S) / DAY_S
+    return np.array(
+        [
+            min(len(snapshot.pending) / spec.window, FEATURE_CAP),
+            min(max(busy / total, 0.0), 1.0) if total > 0 else 0.0,
+            math.sin(angle),
+            math.cos(angle),
+            jobs_left,
+        ],
+        dtype=np.float32,
+    )

@@ -1,0 +1,83 @@
+"""learned: order the queue by a trained policy's scores (issue 5's learned scheduler).
+
+The policy was trained with PPO in the simulator (``loadmaster rl train``);
+its checkpoint holds a small network that scores each waiting job from the
+job's own features and the cluster's context (see ``scheduling/policy_net``).
+The plugin builds exactly the features the training environment built
+(``scheduling/observe``), once per cycle, and ranks jobs by score, highest
+first. With the default lax allocation the first job in that order that fits
+starts, then the next: the same choice the agent made in training, where it
+picked among the jobs that could start now.
+
+Two differences from training, on purpose: the plugin ranks the whole queue,
+not only the first ``window`` jobs in submission order (a deeper queue only
+gives it more short jobs to pick), and it scores once per cycle rather than
+after each start (the context changes little within one instant).
+
+``starvation_s`` is the production fix for the learned policy's starvation
+outliers (MISSION.md): jobs that have waited that long go first, oldest
+first, whatever their score. Combine it with ``backfill`` (whose own
+``starvation_s`` then reserves for them) so that they are not overtaken.
+
+Learned ordering and multi-queue do not combine: the policy was trained on
+one queue and its scores compare jobs across sizes; splitting the queue by
+size would throw that comparison away (see ``registry.INCOMPATIBLE``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadmaster.model import Job
+from loadmaster.scheduling.framework import CycleContext, OrderPlugin
+from loadmaster.scheduling.observe import global_features, job_features, node_features
+from loadmaster.scheduling.policy_net import PolicyNet, load_policy
+
+
+@dataclass(frozen=True, slots=True)
+class LearnedArgs:
+    checkpoint: str = "lab"
+    """A shipped checkpoint (lab, lab-fair) or the path of a ``.npz`` from ``loadmaster rl train``."""
+    starvation_s: float | None = None
+    """Jobs that have waited at least this long go first, oldest first (None: never)."""
+    strict: bool = False
+    """Block the queue behind the highest-scored job that cannot start (with backfill: EASY)."""
+
+    def __post_init__(self) -> None:
+        if self.starvation_s is not None and not self.starvation_s > 0:
+            raise ValueError(f"starvation_s must be > 0 or null, got {self.starvation_s}")
+
+
+class Learned(OrderPlugin):
+    """Key = (not starving, -score, submit time, id); see the module docstring."""
+
+    name = "learned"
+    Args = LearnedArgs
+
+    def __init__(self, args: LearnedArgs | None = None) -> None:
+        super().__init__(args)
+        self.settings = args or LearnedArgs()
+        self.strict = self.settings.strict
+        self.policy: PolicyNet = load_policy(self.settings.checkpoint)
+
+    def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
+        return self.order_keys([job], ctx)[0]
+
+    def order_keys(self, jobs: Sequence[Job], ctx: CycleContext) -> list[tuple[float | str, ...]]:
+        spec, snapshot, now = self.policy.spec, ctx.snapshot, ctx.now
+        scores = self.policy.scores(
+            job_features(jobs, snapshot, now, spec),
+            node_features(snapshot, now, spec),
+            global_features(snapshot, now, spec),
+        )
+        guard = self.settings.starvation_s
+        keys: list[tuple[float | str, ...]] = []
+        for job, score in zip(jobs, scores.astype(np.float64), strict=True):
+            if guard is not None and now - job.submit_s >= guard:
+                keys.append((0.0, job.submit_s, job.submit_s, job.id))
+            else:
+                keys.append((1.0, -float(score), job.submit_s, job.id))
+        return keys

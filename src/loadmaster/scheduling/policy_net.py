@@ -1,0 +1,177 @@
+"""The learned policy's scoring network, in numpy, and its checkpoint format.
+
+Training happens in PyTorch (``loadmaster.rl``); serving must not need it: the
+``learned`` plugin runs in the simulator, the live demo and the Kubernetes
+binding, where a multi-GB dependency would be a burden. So a checkpoint is a
+plain ``.npz`` of the score network's layers plus a JSON ``meta`` entry, and
+this module runs the forward pass with numpy. ``loadmaster.rl.agent`` builds
+the same network in torch and tests check that both agree.
+
+**Network.** Permutation-invariant over jobs: each job's score is an MLP
+(tanh) of its own inputs (:func:`job_inputs`) concatenated with the shared
+context (:func:`context_inputs`). A softmax over the scores of the jobs that
+can start is the policy; the plugin ranks by score.
+
+This is the one place the scheduling core reads a file, and only when a
+profile is built, never during a cycle: a checkpoint is configuration, like a
+profile's YAML, but binary.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.errors import ConfigError
+from loadmaster.scheduling.observe import ObservationSpec
+
+F32 = npt.NDArray[np.float32]
+
+JOB_INPUTS = ("gpus", "log_limit_h", "log_wait", "log_wait_over_limit", "log_area", "user_usage")
+"""What the network reads of each job (derived from the job row of :mod:`observe`)."""
+
+BUILTIN = {"lab": "learned-lab.npz", "lab-fair": "learned-lab-fair.npz"}
+"""Checkpoints shipped in ``loadmaster/data/models``: name -> file."""
+
+FORMAT = "loadmaster-policy/1"
+
+
+def job_inputs(jobs: F32) -> F32:
+    """Network inputs per job from job rows (columns as ``observe.JOB_FEATURES``).
+
+    Logs, because time limits and waits span minutes to weeks; the wait over
+    the time limit is how far the job's slowdown has already grown, the
+    quantity bounded slowdown punishes.
+    """
+    gpus, limit_h, wait, usage = jobs[:, 1], jobs[:, 2], jobs[:, 3], jobs[:, 4]
+    return np.stack(
+        [
+            gpus,
+            np.log1p(limit_h),
+            np.log1p(wait),
+            np.log1p(wait / np.maximum(limit_h, 0.01)),
+            np.log1p(8.0 * gpus * limit_h),
+            usage,
+        ],
+        axis=1,
+    ).astype(np.float32)
+
+
+def context_inputs(nodes: F32, globals_: F32) -> F32:
+    """Shared context: mean and max over nodes of the free-ahead curve, the share of wholly free
+    nodes, and the global features except ``jobs_left`` (which exists only in an episode)."""
+    if len(nodes) == 0:
+        pooled = np.zeros(2 * nodes.shape[1] + 1, dtype=np.float32)
+    else:
+        pooled = np.concatenate([nodes.mean(axis=0), nodes.max(axis=0), [np.mean(nodes[:, 0] >= 0.999)]])
+    return np.concatenate([pooled, [np.log1p(globals_[0]), globals_[1], globals_[2], globals_[3]]]).astype(
+        np.float32
+    )
+
+
+def context_size(spec: ObservationSpec) -> int:
+    """Length of :func:`context_inputs` for ``spec``."""
+    return 2 * (spec.horizon_steps + 1) + 1 + 4
+
+
+@dataclass(frozen=True, eq=False)
+class PolicyNet:
+    """The score network: ``layers`` are (weight (in, out), bias (out,)) pairs, tanh between."""
+
+    layers: tuple[tuple[F32, F32], ...]
+    spec: ObservationSpec
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def scores(self, jobs: F32, nodes: F32, globals_: F32) -> F32:
+        """One score per job row (higher: start sooner)."""
+        if len(jobs) == 0:
+            return np.zeros(0, dtype=np.float32)
+        ctx = context_inputs(nodes, globals_)
+        x = np.concatenate([job_inputs(jobs), np.broadcast_to(ctx, (len(jobs), len(ctx)))], axis=1)
+        for i, (weight, bias) in enumerate(self.layers):
+            x = x @ weight + bias
+            if i < len(self.layers) - 1:
+                x = np.tanh(x)
+        return x[:, 0].astype(np.float32)
+
+
+def save_policy(
+    target: io.BufferedIOBase | io.BytesIO,
+    layers: list[tuple[F32, F32]],
+    spec: ObservationSpec,
+    meta: dict[str, Any],
+    extra: dict[str, F32] | None = None,
+) -> None:
+    """Write a checkpoint: score layers, optional ``extra`` arrays (the value head), JSON meta."""
+    arrays: dict[str, Any] = {}
+    for i, (weight, bias) in enumerate(layers):
+        arrays[f"score.{i}.weight"] = np.asarray(weight, dtype=np.float32)
+        arrays[f"score.{i}.bias"] = np.asarray(bias, dtype=np.float32)
+    for key, value in (extra or {}).items():
+        arrays[key] = np.asarray(value, dtype=np.float32)
+    full = {
+        "format": FORMAT,
+        "spec": {
+            "window": spec.window,
+            "horizon_steps": spec.horizon_steps,
+            "horizon_step_s": spec.horizon_step_s,
+            "wait_scale_s": spec.wait_scale_s,
+        },
+        **meta,
+    }
+    arrays["meta"] = np.array(json.dumps(full, sort_keys=True))
+    np.savez_compressed(target, **arrays)
+
+
+def read_policy(data: bytes, source: str) -> tuple[PolicyNet, dict[str, F32]]:
+    """Parse checkpoint bytes; errors name ``source`` and what is wrong. Returns the net and every
+    array of the file (so training can resume with the value head)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+    except (OSError, ValueError) as err:
+        raise ConfigError(source, "checkpoint", f"not a loadmaster policy (.npz): {err}") from err
+    if "meta" not in arrays:
+        raise ConfigError(source, "meta", "missing: not a loadmaster policy checkpoint")
+    meta = json.loads(str(arrays.pop("meta")))
+    if meta.get("format") != FORMAT:
+        raise ConfigError(source, "meta.format", f"expected {FORMAT!r}, got {meta.get('format')!r}")
+    spec = ObservationSpec(**meta["spec"])
+    layers: list[tuple[F32, F32]] = []
+    while f"score.{len(layers)}.weight" in arrays:
+        i = len(layers)
+        layers.append((arrays[f"score.{i}.weight"], arrays[f"score.{i}.bias"]))
+    if not layers:
+        raise ConfigError(source, "score.0.weight", "missing: the checkpoint has no score network")
+    expected = len(JOB_INPUTS) + context_size(spec)
+    if layers[0][0].shape[0] != expected or layers[-1][0].shape[1] != 1:
+        raise ConfigError(
+            source,
+            "score.0.weight",
+            f"shape {layers[0][0].shape} does not take {expected} inputs to one score",
+        )
+    return PolicyNet(tuple(layers), spec, meta), arrays
+
+
+@lru_cache(maxsize=16)
+def load_policy(checkpoint: str) -> PolicyNet:
+    """A shipped checkpoint by name (:data:`BUILTIN`) or a ``.npz`` file path (read once, cached)."""
+    if checkpoint in BUILTIN:
+        data = (resources.files("loadmaster.data") / "models" / BUILTIN[checkpoint]).read_bytes()
+        return read_policy(data, f"builtin checkpoint {checkpoint!r}")[0]
+    if not checkpoint.endswith(".npz"):
+        allowed = ", ".join(sorted(BUILTIN))
+        raise ConfigError(checkpoint, "checkpoint", f"a shipped name ({allowed}) or a path to a .npz file")
+    try:
+        with open(checkpoint, "rb") as fh:
+            data = fh.read()
+    except OSError as err:
+        raise ConfigError(checkpoint, "checkpoint", f"cannot read: {err.strerror}") from err
+    return read_policy(data, checkpoint)[0]
