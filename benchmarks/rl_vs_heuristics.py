@@ -97,7 +97,9 @@ def training_target() -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", default="10000-10004")
     parser.add_argument("--jobs", type=int, default=1024)
     args = parser.parse_args()
@@ -115,7 +117,8 @@ def main() -> None:
     print()
     table = aggregate(rows)
     for load, per in table.items():
-        print(f"\nload {load:g} (mean of seeds {args.seeds}, {args.jobs} jobs; best production: {best_production(per)})")
+        best = best_production(per)
+        print(f"\nload {load:g} (mean of seeds {args.seeds}, {args.jobs} jobs; best production: {best})")
         print(f"{'policy':<18}{'bsld':>9}{'makespan h':>12}{'Jain':>8}{'max wait h':>12}{'mean wait h':>13}")
         for name, m in per.items():
             print(
@@ -126,7 +129,8 @@ def main() -> None:
     checks["training_minutes"] = training_target()
     print("\ntargets:")
     for name, check in checks.items():
-        print(f"  {'PASS' if check['pass'] else 'FAIL'}  {name}: {check['measured']}  (target: {check['target']})")
+        verdict = "PASS" if check["pass"] else "FAIL"
+        print(f"  {verdict}  {name}: {check['measured']}  (target: {check['target']})")
     result = {
         "benchmark": "rl_vs_heuristics",
         "machine": {"python": platform.python_version(), "cpus": 2},
@@ -135,8 +139,8 @@ def main() -> None:
         "table": {f"{load:g}": per for load, per in table.items()},
         "targets": checks,
         "not_measured": [
-            "DeepJS chunks (validation/deepjs.py reproduces the CloudSimPy heuristics; no learned chooser yet)",
-            "Lublin-1 sequences of the RLScheduler protocol, learned against SJF and F1 (no Lublin checkpoint)",
+            "DeepJS chunks: validation/deepjs.py reproduces CloudSimPy's heuristics; no learned chooser yet",
+            "Lublin-1 sequences of the RLScheduler protocol, learned vs SJF and F1: no Lublin checkpoint yet",
         ],
     }
     RESULTS.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
