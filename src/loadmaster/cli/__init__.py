@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loadmaster import __version__
@@ -19,7 +18,7 @@ from loadmaster.cli import rl as rl_commands
 from loadmaster.cli import trace as trace_commands
 from loadmaster.cli import workload as workload_commands
 from loadmaster.cli.agent import agent as agent_command
-from loadmaster.cli.output import console
+from loadmaster.cli.output import console, count_progress
 from loadmaster.cli.serve import serve as serve_command
 from loadmaster.config import (
     BUILTIN_CLUSTERS,
@@ -116,8 +115,7 @@ def _run_with_progress(  # noqa: PLR0917 - a private helper of simulate, called 
     period: float | None,
     explain: frozenset[str],
 ) -> list[ProfileRun]:
-    columns = (TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
+    with count_progress() as progress:
         tasks = {p.name: progress.add_task(p.name, total=len(workload.jobs)) for p in profiles}
         return compare(
             cluster,

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loadmaster.cli.output import console
+from loadmaster.cli.output import console, count_progress
 from loadmaster.config import load_cluster
 from loadmaster.errors import ConfigError
 from loadmaster.rl.env import EnvConfig
@@ -58,11 +57,6 @@ def _seeds(text: str) -> tuple[int, ...]:
         ) from err
 
 
-def _progress() -> Progress:
-    columns = (TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    return Progress(*columns, console=console, transient=False)
-
-
 @app.command("train")
 def train(  # noqa: PLR0917 - typer maps each option to a parameter
     out: Annotated[Path, typer.Option(help="Folder for policy.npz, checkpoints/, curve.csv and curve.png")],
@@ -97,7 +91,7 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
         warm_start=warm_start,  # type: ignore[arg-type]  # TrainConfig checks the value
     )
     command = shlex.join(["loadmaster", "rl", *sys.argv[2:]]) if len(sys.argv) > 2 else "loadmaster rl train"
-    with _progress() as progress:
+    with count_progress(34) as progress:
         task = progress.add_task("PPO updates", total=updates)
 
         def show(log: object) -> None:
@@ -126,7 +120,7 @@ def eval_(  # noqa: PLR0917 - typer maps each option to a parameter
     profiles = comparison_profiles(learned_profiles(checkpoint, fair_checkpoint))
     load_values, seed_values = _floats(loads, "--loads"), _seeds(seeds)
     total = len(profiles) * len(load_values) * len(seed_values)
-    with _progress() as progress:
+    with count_progress(34) as progress:
         task = progress.add_task("simulating", total=total)
         rows = evaluate(
             spec,

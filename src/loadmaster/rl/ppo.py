@@ -103,13 +103,37 @@ class _Rollout:
     bootstrap: dict[int, float] = field(default_factory=dict)
     """Value of each runner's state after its last stored decision, when its episode goes on."""
 
-    def batch(self, index: npt.NDArray[np.int64] | slice = slice(None)) -> Batch:
+    def record(self, runner: _Runner) -> Batch:
+        """Store the runner's current observation; return it as a batch of one."""
+        one = _batch_of_one(runner)
+        self.jobs.append(one.jobs[0].numpy())
+        self.present.append(one.present[0].numpy())
+        self.context.append(one.context[0].numpy())
+        self.mask.append(one.mask[0].numpy())
+        return one
+
+    def batch(self) -> Batch:
+        """Every stored observation, stacked once (minibatches index into it)."""
         return Batch(
-            jobs=torch.from_numpy(np.stack(self.jobs)[index]),
-            present=torch.from_numpy(np.stack(self.present)[index]),
-            mask=torch.from_numpy(np.stack(self.mask)[index]),
-            context=torch.from_numpy(np.stack(self.context)[index]),
+            jobs=torch.from_numpy(np.stack(self.jobs)),
+            present=torch.from_numpy(np.stack(self.present)),
+            mask=torch.from_numpy(np.stack(self.mask)),
+            context=torch.from_numpy(np.stack(self.context)),
         )
+
+
+def _batch_of_one(runner: _Runner) -> Batch:
+    jobs, present, context = prepare(runner.obs)
+    return Batch(
+        jobs=torch.from_numpy(jobs[None]),
+        present=torch.from_numpy(present[None]),
+        mask=torch.from_numpy(runner.mask[None].copy()),
+        context=torch.from_numpy(context[None]),
+    )
+
+
+def _rows(batch: Batch, index: torch.Tensor) -> Batch:
+    return Batch(batch.jobs[index], batch.present[index], batch.mask[index], batch.context[index])
 
 
 class _Runner:
@@ -200,12 +224,6 @@ def train(config: TrainConfig, on_update: Callable[[UpdateLog, Agent], None] | N
     return agent
 
 
-def _inputs(
-    runner: _Runner,
-) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32]]:
-    return prepare(runner.obs)
-
-
 def _warm_start(
     agent: Agent, optimizer: torch.optim.Optimizer, runners: list[_Runner], config: TrainConfig
 ) -> None:
@@ -217,11 +235,7 @@ def _warm_start(
             action = teacher_action(runner.obs, runner.mask, config.warm_start)
             if runner.mask.sum() > 1:
                 idle = 0
-                jobs, present, context = _inputs(runner)
-                rollout.jobs.append(jobs)
-                rollout.present.append(present)
-                rollout.context.append(context)
-                rollout.mask.append(runner.mask.copy())
+                rollout.record(runner)
                 rollout.action.append(action)
             idle += runner.step(action)[1]
             _check_progress(idle)
@@ -229,16 +243,13 @@ def _warm_start(
         r.finished.clear()
     actions = torch.tensor(rollout.action)
     generator = torch.Generator().manual_seed(config.seed)
-    n = len(rollout.action)
-    for _ in range(10):
-        for start in range(0, n, config.minibatch):
-            index = torch.randperm(n, generator=generator)[: config.minibatch].numpy()
-            logits = agent.logits(rollout.batch(index))
-            loss = torch.nn.functional.cross_entropy(logits, actions[index])
-            optimizer.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            del start
+    n, full = len(rollout.action), rollout.batch()
+    for _ in range(10 * -(-n // config.minibatch)):  # ten epochs' worth of random minibatches
+        index = torch.randperm(n, generator=generator)[: config.minibatch]
+        loss = torch.nn.functional.cross_entropy(agent.logits(_rows(full, index)), actions[index])
+        optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
 
 
 def _collect(agent: Agent, runners: list[_Runner], steps: int, rng: np.random.Generator) -> _Rollout:
@@ -255,20 +266,10 @@ def _collect(agent: Agent, runners: list[_Runner], steps: int, rng: np.random.Ge
                     _check_progress(idle)
                 else:
                     idle = 0
-                    jobs, present, context = _inputs(runner)
-                    batch = Batch(
-                        jobs=torch.from_numpy(jobs[None]),
-                        present=torch.from_numpy(present[None]),
-                        mask=torch.from_numpy(runner.mask[None].copy()),
-                        context=torch.from_numpy(context[None]),
-                    )
+                    batch = rollout.record(runner)
                     logits = agent.logits(batch)[0]
                     probs = torch.softmax(logits, dim=0).double().numpy()
                     action = int(rng.choice(len(probs), p=probs / probs.sum()))
-                    rollout.jobs.append(jobs)
-                    rollout.present.append(present)
-                    rollout.context.append(context)
-                    rollout.mask.append(runner.mask.copy())
                     rollout.action.append(action)
                     rollout.logp.append(torch.log_softmax(logits, 0)[action].item())
                     rollout.value.append(agent.values(batch)[0].item())
@@ -283,14 +284,7 @@ def _collect(agent: Agent, runners: list[_Runner], steps: int, rng: np.random.Ge
                         rollout.done[last[i]] = True
                         del last[i]
         for i in last:
-            jobs, present, context = _inputs(runners[i])
-            batch = Batch(
-                jobs=torch.from_numpy(jobs[None]),
-                present=torch.from_numpy(present[None]),
-                mask=torch.from_numpy(runners[i].mask[None].copy()),
-                context=torch.from_numpy(context[None]),
-            )
-            rollout.bootstrap[i] = agent.values(batch)[0].item()
+            rollout.bootstrap[i] = agent.values(_batch_of_one(runners[i]))[0].item()
     return rollout
 
 
@@ -335,7 +329,7 @@ def _optimise(
         order = rng.permutation(n)
         for start in range(0, n, config.minibatch):
             idx = torch.from_numpy(order[start : start + config.minibatch])
-            batch = Batch(full.jobs[idx], full.present[idx], full.mask[idx], full.context[idx])
+            batch = _rows(full, idx)
             logits = agent.logits(batch)
             logp_all = torch.log_softmax(logits, dim=1)
             logp = logp_all.gather(1, actions[idx].unsqueeze(1)).squeeze(1)
