@@ -12,13 +12,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import shared_data
+from loadmaster.scheduling.observe import ObservationSpec
+from loadmaster.scheduling.policy_net import JOB_INPUTS, context_size, save_policy
 from loadmaster.validation.rlscheduler import (
+    HELD_OUT_FROM,
     POLICIES,
     Reference,
     Table,
+    TraceWindows,
+    learned_cell,
+    read_jobs,
     read_reference,
     reproduce,
     same_to_2_decimals,
@@ -65,3 +72,33 @@ def test_every_sequence_and_the_mean_match_the_published_table(
     }
     assert not mismatched, f"sequence start: (ours, published) = {mismatched}"
     assert same_to_2_decimals(mean, reference.means[policy, backfill, metric])
+
+
+@pytest.mark.parametrize("backfill", [False, True], ids=["no-backfill", "backfill"])
+def test_an_sjf_shaped_learned_order_reproduces_the_published_sjf_sequence(
+    reference: Reference, backfill: bool, tmp_path: Path
+) -> None:
+    """The learned plugin in the protocol (head picked, committed, blocking) with a checkpoint
+    scoring -log(1 + requested hours) is SJF: it must give SJF's published bounded slowdown."""
+    weight = np.zeros((len(JOB_INPUTS) + context_size(ObservationSpec()), 1), dtype=np.float32)
+    weight[JOB_INPUTS.index("log_limit_h"), 0] = -1.0
+    path = tmp_path / "sjf.npz"
+    with path.open("wb") as fh:
+        save_policy(fh, [(weight, np.zeros(1, dtype=np.float32))], ObservationSpec(), {})
+    trace: Path = shared_data("swf/lublin_256.swf")
+    start = reference.starts[0]
+    cell = learned_cell(trace, str(path), backfill, starts=(start,))
+    assert same_to_2_decimals(cell.bsld[0], reference.cells["SJF", backfill].bsld[0])
+
+
+def test_trace_windows_keep_to_the_jobs_before_the_held_out_sequences() -> None:
+    trace: Path = shared_data("swf/lublin_256.swf")
+    evaluated = {t.job.id for t in read_jobs(trace)[HELD_OUT_FROM:]}
+    windows = TraceWindows(str(trace), jobs=256, before=HELD_OUT_FROM)
+    starts = set()
+    for index in range(20):
+        nodes, jobs, _ = windows.episode(0, index)
+        assert len(jobs) == 256 and nodes.total_gpus == 256
+        assert not evaluated & {t.job.id for t in jobs}
+        starts.add(jobs[0].job.id)
+    assert len(starts) > 10  # seeded windows, not one window over and over

@@ -11,8 +11,10 @@ import pytest
 
 from loadmaster.config import load_cluster, load_workload
 from loadmaster.errors import ConfigError
-from loadmaster.scheduling import PluginSpec, Scheduler, build_profile
+from loadmaster.model import JobTable
+from loadmaster.scheduling import PluginSpec, Profile, Scheduler, build_profile
 from loadmaster.scheduling.observe import ObservationSpec
+from loadmaster.scheduling.plugins.learned import Learned, RankedCycle
 from loadmaster.scheduling.policy_net import (
     BUILTIN,
     JOB_INPUTS,
@@ -36,7 +38,7 @@ def linear_checkpoint(path: Path, weights: dict[str, float]) -> str:
     return str(path)
 
 
-def profile(order: PluginSpec, *, strict_backfill: bool = False) -> object:
+def profile(order: PluginSpec, *, strict_backfill: bool = False) -> Profile:
     plugins = [order, PluginSpec("gang", {}), PluginSpec("binpack", {})]
     return build_profile("t", ["allocate"], plugins)
 
@@ -137,3 +139,43 @@ def test_a_checkpoint_of_the_wrong_shape_is_refused(tmp_path: Path) -> None:
         save_policy(fh, [(np.zeros((3, 1), np.float32), np.zeros(1, np.float32))], SPEC, {})
     with pytest.raises(ConfigError, match="does not take"):
         load_policy(str(path))
+
+
+def _recorded(explore: float, seed: int) -> tuple[list[RankedCycle], JobTable]:
+    cluster = load_cluster("lab")
+    jobs = load_workload("lab", cluster, jobs=150, load=1.1, seed=4).jobs
+    learned = profile(PluginSpec("learned", {"checkpoint": "lab", "explore": explore}))
+    plugin = learned.order[0]
+    assert isinstance(plugin, Learned)
+    cycles: list[RankedCycle] = []
+    plugin.recorder = cycles.append
+    table = simulate(cluster.nodes, Scheduler(learned), jobs, SimOptions(seed=seed)).jobs
+    return cycles, table
+
+
+def test_sampling_is_seeded_and_differs_from_ranking() -> None:
+    """explore > 0 draws the order from the cycle's generator: same seed, same run; the ranked
+    order (explore 0) is what serving sees."""
+    a, table_a = _recorded(0.5, seed=1)
+    b, table_b = _recorded(0.5, seed=1)
+    ranked, _ = _recorded(0.0, seed=1)
+    assert [c.order.tolist() for c in a] == [c.order.tolist() for c in b]
+    assert np.array_equal(table_a.start_s, table_b.start_s, equal_nan=True)
+    assert any(not np.array_equal(c.order, r.order) for c, r in zip(a, ranked, strict=False))
+
+
+def test_the_recorder_sees_the_inputs_the_policy_scores() -> None:
+    cycles, _ = _recorded(0.0, seed=1)
+    assert cycles, "a loaded cluster has cycles with several waiting jobs"
+    policy = load_policy("lab")
+    for cycle in cycles[:20]:
+        assert len(cycle.inputs) == len(cycle.job_ids) >= 2
+        scores = policy.score_inputs(cycle.inputs)
+        assert np.all(np.diff(scores[cycle.order]) <= 0)  # best first
+
+
+def test_commit_keeps_the_picked_head() -> None:
+    plugin = profile(PluginSpec("learned", {"checkpoint": "lab", "commit": True, "strict": True})).order[0]
+    assert plugin.commits_head and plugin.strict
+    with pytest.raises(ConfigError, match="explore"):
+        profile(PluginSpec("learned", {"checkpoint": "lab", "explore": -1.0}))

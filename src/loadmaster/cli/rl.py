@@ -13,7 +13,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -30,6 +30,10 @@ from loadmaster.rl.evaluate import (
     evaluate,
     learned_profiles,
 )
+from loadmaster.validation.rlscheduler import TraceWindows
+
+if TYPE_CHECKING:
+    from loadmaster.rl.rank import Episodes
 
 app = typer.Typer(no_args_is_help=True, help="The learned scheduler: train it with PPO, evaluate it.")
 
@@ -99,6 +103,72 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
             progress.update(task, advance=1, description=f"PPO updates (episode bsld {bsld:.3f})")
 
         final = train_to(config, out, every=every, command=command, on_update=show)
+    console.print(
+        f"Wrote {final} ({final.stat().st_size / 1024:.0f} KiB), {out / 'curve.csv'}, {out / 'curve.png'}"
+    )
+
+
+@app.command("rank-train")
+def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
+    out: Annotated[Path, typer.Option(help="Folder for policy.npz, checkpoints/, curve.csv and curve.png")],
+    setup: Annotated[
+        str, typer.Option(help="lublin: the RLScheduler protocol on an SWF trace; lab: lab cluster + EASY")
+    ] = "lublin",
+    trace: Annotated[Path | None, typer.Option(help="lublin: the SWF trace to draw windows from")] = None,
+    before: Annotated[
+        int | None, typer.Option(help="lublin: use only the trace's jobs before this index (held-out rest)")
+    ] = None,
+    backfill: Annotated[
+        bool, typer.Option(help="lublin: train with the protocol's EASY backfilling")
+    ] = False,
+    jobs: Annotated[int, typer.Option(help="Jobs per training sequence")] = 256,
+    updates: Annotated[int, typer.Option(help="PPO updates")] = 60,
+    sequences: Annotated[int, typer.Option(help="Workloads per update")] = 4,
+    samples: Annotated[int, typer.Option(help="Noisy plays of each workload")] = 8,
+    explore: Annotated[float, typer.Option(help="Gumbel noise scale (softmax temperature)")] = 0.3,
+    lr: Annotated[float, typer.Option(help="Adam learning rate")] = 1e-3,
+    seed: Annotated[int, typer.Option(help="Seed of torch and the episode stream")] = 0,
+    workers: Annotated[int, typer.Option(help="Rollout processes")] = 2,
+) -> None:
+    """Train the learned order by PPO over rankings, in the profile it will serve in (CPU; seeded)."""
+    try:
+        from loadmaster.rl.rank import LabEpisodes, RankConfig  # noqa: PLC0415 (torch is optional)
+        from loadmaster.rl.run import rank_to  # noqa: PLC0415
+    except ModuleNotFoundError as err:
+        raise ConfigError(
+            "rl rank-train", "torch", "PyTorch is needed: pip install 'loadmaster[rl]'"
+        ) from err
+    episodes: Episodes
+    if setup == "lublin":
+        if trace is None:
+            raise ConfigError("rl rank-train", "--trace", "the lublin setup needs an SWF trace")
+        if not trace.is_file():
+            raise ConfigError(str(trace), "--trace", "no such file")
+        episodes = TraceWindows(str(trace.resolve()), jobs=jobs, backfill=backfill, before=before)
+    elif setup == "lab":
+        episodes = LabEpisodes(jobs=jobs)
+    else:
+        raise ConfigError("rl rank-train", "--setup", f"lublin or lab, got {setup!r}")
+    config = RankConfig(
+        seed=seed,
+        updates=updates,
+        sequences=sequences,
+        samples=samples,
+        explore=explore,
+        lr=lr,
+        workers=workers,
+    )
+    command = (
+        shlex.join(["loadmaster", "rl", *sys.argv[2:]]) if len(sys.argv) > 2 else "loadmaster rl rank-train"
+    )
+    with count_progress(34) as progress:
+        task = progress.add_task("PPO updates", total=updates)
+
+        def show(log: object) -> None:
+            bsld = getattr(log, "validation_bsld", float("nan"))
+            progress.update(task, advance=1, description=f"PPO updates (validation bsld {bsld:.2f})")
+
+        final = rank_to(config, episodes, out, command=command, on_update=show)
     console.print(
         f"Wrote {final} ({final.stat().st_size / 1024:.0f} KiB), {out / 'curve.csv'}, {out / 'curve.png'}"
     )

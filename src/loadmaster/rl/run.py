@@ -23,9 +23,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter
 
 from loadmaster.rl.agent import Agent
 from loadmaster.rl.ppo import TrainConfig, UpdateLog, train
+from loadmaster.rl.rank import Episodes, RankConfig, RankLog, train_ranking
 
 CURVE_COLUMNS = (
     "update",
@@ -95,11 +99,79 @@ def plot_curve(logs: list[UpdateLog], loads: list[float], path: Path) -> None:
         if points:
             xs, ys = zip(*points, strict=True)
             ax.plot(xs, ys, marker=".", label=f"load {load:g}")
+    _finish(fig, ax, "mean bounded slowdown (training episodes)", "Learned scheduler: learning curve", path)
+
+
+def _finish(fig: Figure, ax: Axes, ylabel: str, title: str, path: Path) -> None:
+    """Label a learning-curve plot, write it to ``path`` and close it."""
     ax.set_xlabel("PPO update")
-    ax.set_ylabel("mean bounded slowdown (training episodes)")
-    ax.set_title("Learned scheduler: learning curve")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+RANK_COLUMNS = (
+    "update",
+    "decisions",
+    "sampled_bsld",
+    "validation_bsld",
+    "policy_loss",
+    "approx_kl",
+    "clip_fraction",
+    "elapsed_s",
+)
+
+
+def rank_to(
+    config: RankConfig,
+    episodes: Episodes,
+    out_dir: Path,
+    *,
+    command: str = "",
+    on_update: Callable[[RankLog], None] | None = None,
+) -> Path:
+    """Train by ranking (:mod:`loadmaster.rl.rank`) and write the run into ``out_dir`` (the same
+    layout as :func:`train_to`; the policy is the update with the best validation score)."""
+    (out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    record = {**json.loads(json.dumps(dataclasses.asdict(config))), "episodes": repr(episodes)}
+    (out_dir / "config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    meta = {"train": record, "command": command, "trainer": "rank"}
+    logs: list[RankLog] = []
+    with (out_dir / "curve.csv").open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(RANK_COLUMNS)
+
+        def record_update(log: RankLog, agent: Agent) -> None:
+            logs.append(log)
+            writer.writerow([getattr(log, c) for c in RANK_COLUMNS])
+            fh.flush()
+            with (out_dir / "checkpoints" / f"update-{log.update:04d}.npz").open("wb") as ckpt:
+                agent.save(ckpt, {**meta, "update": log.update})
+            if on_update is not None:
+                on_update(log)
+
+        started = time.perf_counter()
+        agent = train_ranking(config, episodes, record_update)
+        seconds = round(time.perf_counter() - started, 1)
+    best = min(logs, key=lambda log: log.validation_bsld).update if logs else 0
+    final = out_dir / "policy.npz"
+    with final.open("wb") as out:
+        agent.save(out, {**meta, "update": best, "train_seconds": seconds})
+    plot_rank_curve(logs, out_dir / "curve.png")
+    return final
+
+
+def plot_rank_curve(logs: list[RankLog], path: Path) -> None:
+    """Sampled (exploring) and greedy validation bounded slowdown per update."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    updates = [log.update for log in logs]
+    ax.plot(updates, [log.sampled_bsld for log in logs], marker=".", alpha=0.6, label="sampled (exploring)")
+    ax.plot(updates, [log.validation_bsld for log in logs], marker=".", label="greedy, validation sequences")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(FormatStrFormatter("%g"))
+    _finish(fig, ax, "mean bounded slowdown", "Learned order trained by ranking: learning curve", path)

@@ -37,7 +37,12 @@ F32 = npt.NDArray[np.float32]
 JOB_INPUTS = ("gpus", "log_limit_h", "log_wait", "log_wait_over_limit", "log_area", "user_usage")
 """What the network reads of each job (derived from the job row of :mod:`observe`)."""
 
-BUILTIN = {"lab": "learned-lab.npz", "lab-fair": "learned-lab-fair.npz"}
+BUILTIN = {
+    "lab": "learned-lab.npz",
+    "lab-fair": "learned-lab-fair.npz",
+    "lublin": "learned-lublin.npz",
+    "lublin-backfill": "learned-lublin-backfill.npz",
+}
 """Checkpoints shipped in ``loadmaster/data/models``: name -> file."""
 
 FORMAT = "loadmaster-policy/1"
@@ -91,10 +96,18 @@ class PolicyNet:
 
     def scores(self, jobs: F32, nodes: F32, globals_: F32) -> F32:
         """One score per job row (higher: start sooner)."""
-        if len(jobs) == 0:
-            return np.zeros(0, dtype=np.float32)
+        return self.score_inputs(self.inputs(jobs, nodes, globals_))
+
+    @staticmethod
+    def inputs(jobs: F32, nodes: F32, globals_: F32) -> F32:
+        """The network's input rows: each job's inputs with the shared context, (jobs, inputs)."""
         ctx = context_inputs(nodes, globals_)
-        x = np.concatenate([job_inputs(jobs), np.broadcast_to(ctx, (len(jobs), len(ctx)))], axis=1)
+        return np.concatenate([job_inputs(jobs), np.broadcast_to(ctx, (len(jobs), len(ctx)))], axis=1)
+
+    def score_inputs(self, x: F32) -> F32:
+        """Scores of input rows from :meth:`inputs`."""
+        if len(x) == 0:
+            return np.zeros(0, dtype=np.float32)
         for i, (weight, bias) in enumerate(self.layers):
             x = x @ weight + bias
             if i < len(self.layers) - 1:

@@ -56,6 +56,8 @@ SEQUENCE_STARTS: tuple[int, ...] = (1981, 2756, 4299, 8850, 3316, 2714, 5228, 77
 """Index of each sequence's first job among the trace's jobs (gym seeding.np_random(1), as published)."""
 SEQUENCE_JOBS = 1024
 """Jobs per sequence."""
+HELD_OUT_FROM = min(SEQUENCE_STARTS)
+"""No evaluation sequence uses a Lublin-1 job before this index: training may."""
 MACHINE_PROCS = 256
 """Processors of the Lublin-1 machine (the trace's MaxNodes)."""
 
@@ -71,7 +73,7 @@ POLICIES: Mapping[str, tuple[str, Mapping[str, object]]] = {
 _REFERENCE_NAMES = {"UNICEP": "UNI"}
 """Where the reference JSON names a policy differently."""
 
-_BACKFILL_ARGS: Mapping[str, object] = {
+BACKFILL_ARGS: Mapping[str, object] = {
     "mode": "easy",
     "starvation_s": None,
     "estimate": "limit",
@@ -155,21 +157,69 @@ def profile(policy: str, backfill: bool) -> Profile:
     if policy not in POLICIES:
         raise ModelError(f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
     plugin, args = POLICIES[policy]
-    plugins = [PluginSpec(plugin, {**args, "strict": True, "commit": True})]
+    return order_profile(
+        policy.lower(), PluginSpec(plugin, {**args, "strict": True, "commit": True}), backfill
+    )
+
+
+def learned_profile(checkpoint: str, backfill: bool, explore: float = 0.0) -> Profile:
+    """The ``learned`` order in the protocol: it names the head, which blocks until it starts."""
+    args = {"checkpoint": checkpoint, "strict": True, "commit": True, "explore": explore}
+    return order_profile("learned", PluginSpec("learned", args), backfill)
+
+
+def order_profile(name: str, order: PluginSpec, backfill: bool) -> Profile:
+    """``order`` alone, or with the reference's EASY backfilling."""
+    plugins = [order]
     actions = ["allocate"]
     if backfill:
-        plugins.append(PluginSpec("backfill", _BACKFILL_ARGS))
+        plugins.append(PluginSpec("backfill", BACKFILL_ARGS))
         actions.append("backfill")
     mode = "backfill" if backfill else "no-backfill"
-    return build_profile(f"{policy.lower()}-{mode}", actions, plugins, source="rlscheduler")
+    return build_profile(f"{name}-{mode}", actions, plugins, source="rlscheduler")
 
 
-def run_sequence(jobs: Sequence[TraceJob], policy: str, backfill: bool) -> tuple[float, float]:
-    """Mean bounded slowdown and utilisation of one sequence under ``policy``."""
-    options = SimOptions(cycle_per_event=True, arrivals_first=True)
-    table = simulate(machine(), Scheduler(profile(policy, backfill)), jobs, options).jobs
+OPTIONS = SimOptions(cycle_per_event=True, arrivals_first=True)
+"""The reference's event handling (see the module docstring)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceWindows:
+    """Training episodes for the learned order in this protocol: windows of ``jobs`` consecutive
+    jobs of an SWF trace at seeded random starts, on the empty machine (as RLScheduler trains).
+
+    The protocol's ten sequences cover Lublin-1's jobs from index 1981 on, so
+    training on Lublin-1 keeps to the jobs before :data:`HELD_OUT_FROM` (``before``).
+    """
+
+    trace: str
+    jobs: int = 256
+    backfill: bool = False
+    before: int | None = None
+    """Use only the trace's jobs before this index (None: all)."""
+    commits: bool = True
+    """The protocol's head stays picked until it starts (read by the trainer)."""
+
+    def episode(self, stream: int, index: int) -> tuple[NodeTable, Sequence[TraceJob], SimOptions]:
+        jobs = _jobs(Path(self.trace))[: self.before]
+        if len(jobs) <= self.jobs:
+            raise ModelError(f"{self.trace}: {len(jobs)} jobs, fewer than a window of {self.jobs}")
+        start = int(np.random.default_rng([stream, index]).integers(len(jobs) - self.jobs))
+        return machine(), jobs[start : start + self.jobs], OPTIONS
+
+    def profile(self, checkpoint: str, explore: float) -> Profile:
+        return learned_profile(checkpoint, self.backfill, explore)
+
+
+def run_sequence(
+    jobs: Sequence[TraceJob], policy: str | Profile, backfill: bool = False
+) -> tuple[float, float]:
+    """Mean bounded slowdown and utilisation of one sequence under ``policy`` (a published policy's
+    name, run with or without ``backfill``, or a ready profile)."""
+    chosen = profile(policy, backfill) if isinstance(policy, str) else policy
+    table = simulate(machine(), Scheduler(chosen), jobs, OPTIONS).jobs
     if np.isnan(table.start_s).any():
-        raise ModelError(f"{policy}: {int(np.isnan(table.start_s).sum())} job(s) never started")
+        raise ModelError(f"{chosen.name}: {int(np.isnan(table.start_s).sum())} job(s) never started")
     bsld = float(np.mean(bounded_slowdown(table.wait_s, table.duration_s)))
     span_s = float(table.start_s.max() - table.submit_s.min())
     utilisation = float(np.sum(table.duration_s * table.gpus) / (span_s * MACHINE_PROCS))
@@ -205,6 +255,16 @@ def _cell(path: Path, policy: str, backfill: bool, starts: tuple[int, ...]) -> C
     jobs = _jobs(path)
     runs = [run_sequence(jobs[s : s + SEQUENCE_JOBS], policy, backfill) for s in starts]
     return Cell(policy, backfill, tuple(b for b, _ in runs), tuple(u for _, u in runs))
+
+
+def learned_cell(
+    path: Path, checkpoint: str, backfill: bool, starts: Sequence[int] = SEQUENCE_STARTS
+) -> Cell:
+    """The ``learned`` order with ``checkpoint`` on the protocol's sequences, as a table cell."""
+    jobs = _jobs(path)
+    chosen = learned_profile(checkpoint, backfill)
+    runs = [run_sequence(jobs[s : s + SEQUENCE_JOBS], chosen) for s in starts]
+    return Cell("learned", backfill, tuple(b for b, _ in runs), tuple(u for _, u in runs))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,12 @@ not only the first ``window`` jobs in submission order (a deeper queue only
 gives it more short jobs to pick), and it scores once per cycle rather than
 after each start (the context changes little within one instant).
 
+For training by ranking (``loadmaster.rl.rank``), ``explore`` > 0 samples
+the order instead: Gumbel noise of that scale on the scores, which draws a
+ranking from the Plackett-Luce distribution of ``scores / explore``, seeded by
+the cycle's generator; a trainer that sets :attr:`Learned.recorder` receives
+every cycle's inputs and sampled order. Serving leaves both alone.
+
 ``starvation_s`` is the production fix for the learned policy's starvation
 outliers (MISSION.md): jobs that have waited that long go first, oldest
 first, whatever their score. Combine it with ``backfill`` (whose own
@@ -26,10 +32,11 @@ size would throw that comparison away (see ``registry.INCOMPATIBLE``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from loadmaster.model import Job
 from loadmaster.scheduling.framework import CycleContext, OrderPlugin
@@ -45,10 +52,30 @@ class LearnedArgs:
     """Jobs that have waited at least this long go first, oldest first (None: never)."""
     strict: bool = False
     """Block the queue behind the highest-scored job that cannot start (with backfill: EASY)."""
+    commit: bool = False
+    """Keep the job chosen as head first until it starts, even if a job with a higher score
+    arrives meanwhile (the RLScheduler protocol's agent commits to its pick; False: re-rank
+    every cycle)."""
+    explore: float = 0.0
+    """Scale of Gumbel noise added to the scores (> 0: sample the order, for training; 0: rank)."""
 
     def __post_init__(self) -> None:
         if self.starvation_s is not None and not self.starvation_s > 0:
             raise ValueError(f"starvation_s must be > 0 or null, got {self.starvation_s}")
+        if not self.explore >= 0:
+            raise ValueError(f"explore must be >= 0, got {self.explore}")
+
+
+@dataclass(frozen=True, eq=False)
+class RankedCycle:
+    """One cycle as the policy saw it: what a ranking trainer needs to score it again."""
+
+    now: float
+    job_ids: tuple[str, ...]
+    inputs: npt.NDArray[np.float32]
+    """The network's input rows, one per job (``PolicyNet.inputs``)."""
+    order: npt.NDArray[np.int64]
+    """Row indices in the order the cycle used, best first."""
 
 
 class Learned(OrderPlugin):
@@ -61,18 +88,28 @@ class Learned(OrderPlugin):
         super().__init__(args)
         self.settings = args or LearnedArgs()
         self.strict = self.settings.strict
+        self.commits_head = self.settings.commit
         self.policy: PolicyNet = load_policy(self.settings.checkpoint)
+        self.recorder: Callable[[RankedCycle], None] | None = None
+        """Set by a trainer to receive every cycle of two or more jobs; None when serving."""
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         return self.order_keys([job], ctx)[0]
 
     def order_keys(self, jobs: Sequence[Job], ctx: CycleContext) -> list[tuple[float | str, ...]]:
         spec, snapshot, now = self.policy.spec, ctx.snapshot, ctx.now
-        scores = self.policy.scores(
+        inputs = self.policy.inputs(
             job_features(jobs, snapshot, now, spec),
             node_features(snapshot, now, spec),
             global_features(snapshot, now, spec),
         )
+        scores = self.policy.score_inputs(inputs)
+        if self.settings.explore > 0:
+            gumbel = -np.log(-np.log(ctx.rng.uniform(1e-12, 1.0, len(jobs))))
+            scores = scores + np.float32(self.settings.explore) * gumbel.astype(np.float32)
+        if self.recorder is not None and len(jobs) > 1:
+            order = np.argsort(-scores, kind="stable").astype(np.int64)
+            self.recorder(RankedCycle(now, tuple(j.id for j in jobs), inputs, order))
         guard = self.settings.starvation_s
         keys: list[tuple[float | str, ...]] = []
         for job, score in zip(jobs, scores.astype(np.float64), strict=True):
