@@ -131,3 +131,15 @@ def test_without_the_setting_notebooks_keep_whole_gpus(tmp_path: Path) -> None:
     plain.write_text("\n".join(line for line in text.splitlines() if "interactive_default" not in line))
     _, held = held_placements(plain)
     assert all(p.mig is None for placements in held.values() for p in placements)
+
+
+def test_the_job_table_counts_a_mig_job_as_its_compute_share() -> None:
+    """Seven 1g jobs on one A100 each held a seventh of it: the table says so, not 0 GPUs."""
+    mig = MigSimOptions(pools=(MigPoolConfig("small", "1g.10gb x7"),))
+    jobs = small_jobs(TaskRequest(gpu_milli=0, mig_profile="1g.10gb"), D_S)
+    table = simulate(a100_node(), Scheduler(profile("fifo", "first-fit")), jobs, SimOptions(mig=mig)).jobs
+    assert np.allclose(table.gpus, 142 / 1000)
+    whole = simulate(
+        a100_node(), Scheduler(profile("fifo", "first-fit")), small_jobs(TaskRequest(1000), D_S)
+    ).jobs
+    assert np.allclose(whole.gpus, 1.0)

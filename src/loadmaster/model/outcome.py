@@ -29,7 +29,10 @@ class JobTable:
     work they threw away (a requeued job restarts from the beginning).
     ``wait_reason`` is why the job was still waiting in the last cycle before
     it started, and ``estimated_start_s`` the first start a reservation
-    promised it (NaN if none did).
+    promised it (NaN if none did). ``gpus`` counts a MIG instance a job ran on
+    as its compute share (a 1g of 7 slices is 0.142), so that MIG jobs show
+    and are charged the part of a GPU they held; a MIG job that never ran
+    shows 0.
     """
 
     job_id: StrArray

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from loadmaster.model import JobTable, TraceJob
+from loadmaster.model import MILLI_PER_GPU, JobTable, TraceJob
 
 
 class JobLog:
@@ -23,6 +23,8 @@ class JobLog:
         self.lost_gpu_s = np.zeros(count)
         self.wait_reason = [""] * count
         self.estimated_start = np.full(count, np.nan)
+        self.mig_milli = np.zeros(count)
+        """Compute share (milli-GPU) of the MIG instances a job ran on; 0 for whole or shared GPUs."""
 
     def table(self, traces: Sequence[TraceJob]) -> JobTable:
         """The job table of ``traces`` (in the order the log was indexed)."""
@@ -35,7 +37,7 @@ class JobLog:
             pool=np.array([j.pool or "*" for j in jobs], dtype=str),
             size_class=np.array([j.size_class for j in jobs], dtype=str),
             tasks=np.array([j.tasks for j in jobs], dtype=np.int64),
-            gpus=np.array([j.gpus for j in jobs], dtype=float),
+            gpus=np.array([j.gpus for j in jobs], dtype=float) + self.mig_milli / MILLI_PER_GPU,
             submit_s=np.array([j.submit_s for j in jobs], dtype=float),
             start_s=self.start,
             end_s=self.end,

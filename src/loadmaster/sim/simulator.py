@@ -239,6 +239,7 @@ class Simulator:
         index = self.index[job.id]
         self.cluster.running[job.id] = RunningJob(job, placements, now)
         self.log.start[index] = now
+        self.log.mig_milli[index] = sum(p.mig.milli for p in placements if p.mig is not None)
         nodes = sorted({p.node for p in placements})
         self.log.nodes_used[index] = len(nodes)
         self.log.node_names[index] = ",".join(self.nodes.nodes[n].name for n in nodes)
