@@ -10,7 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
+from conftest import shared_data
+from loadmaster.cli import app
 from loadmaster.errors import ConfigError
 from loadmaster.rl.rank import (
     LabEpisodes,
@@ -87,3 +90,22 @@ def test_training_is_seeded_and_the_result_serves(tmp_path: Path) -> None:
     policy = load_policy(str(final))
     assert policy.meta["trainer"] == "rank"
     assert len(policy.layers) == 3
+
+
+def test_cli_rank_train_on_lublin_windows_writes_the_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    trace = shared_data("swf/lublin_256.swf")
+    args = ["rl", "rank-train", "--setup", "lublin", "--trace", str(trace), "--before", "1981"]
+    small = ["--jobs", "128", "--updates", "1", "--sequences", "1", "--samples", "2"]
+    result = CliRunner().invoke(app, [*args, *small, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    for name in ("policy.npz", "curve.csv", "curve.png", "config.json", "checkpoints/update-0001.npz"):
+        assert (out / name).is_file(), name
+    meta = load_policy(str(out / "policy.npz")).meta
+    assert meta["trainer"] == "rank" and meta["command"].startswith("loadmaster rl")
+
+
+def test_cli_rank_train_names_a_missing_trace(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["rl", "rank-train", "--out", str(tmp_path), "--trace", "nope.swf"])
+    assert isinstance(result.exception, ConfigError)
+    assert "nope.swf" in str(result.exception)
