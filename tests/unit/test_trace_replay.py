@@ -16,6 +16,7 @@ from loadmaster.cli import app
 from loadmaster.config import load_cluster, load_workload
 from loadmaster.errors import ConfigError
 from loadmaster.model import Node, NodeTable, ResourceType
+from loadmaster.scheduling.mig_plan import with_interactive_default
 from loadmaster.traces import Trace, read_trace
 from loadmaster.traces.replay import ReplayError, ReplayOptions, replay, trace_capacity_gpus
 from loadmaster.workload import offered_load
@@ -314,3 +315,41 @@ def test_simulate_replays_a_spec_and_a_trace_file(tmp_path: Path) -> None:
         assert "replay: 150 jobs from 10,000 rows on 160 GPUs, offered load 0.700" in result.output
         assert "dropped 240: more GPUs than the cluster has (160)" in result.output
         assert json.loads((out / "metrics.json").read_text())["profiles"]["fifo"]["jobs"] == 150
+
+
+TWO_POOLS = NodeTable.build(
+    [
+        Node("a0", "a", "z", "r", "gpu", 4, 4 * GPU.cpu_milli_per_gpu, 4 * GPU.memory_mib_per_gpu),
+        Node("b0", "b", "z", "r", "gpu", 8, 8 * GPU.cpu_milli_per_gpu, 8 * GPU.memory_mib_per_gpu),
+    ],
+    {"gpu": GPU},
+)
+
+
+def test_a_pool_takes_every_job_and_is_what_the_replay_is_sized_on() -> None:
+    trace = a_trace([*(row(f"j{i}", submit_s=60.0 * i) for i in range(5)), row("wide", tasks=6)])
+    replayed = replay(trace, TWO_POOLS, ReplayOptions(pool="a"))
+    assert {t.job.pool for t in replayed.jobs} == {"a"}
+    assert replayed.report.cluster_gpus == 4
+    assert replayed.report.dropped["more GPUs than the cluster has (4)"] == 1
+    assert {t.job.pool for t in replay(trace, TWO_POOLS).jobs} == {None}
+
+
+def test_an_unknown_pool_names_the_pools() -> None:
+    with pytest.raises(ReplayError, match="no pool 'c'; pools: a, b") as caught:
+        replay(steady(3), TWO_POOLS, ReplayOptions(pool="c"))
+    assert caught.value.field == "pool"
+
+
+def test_a_trace_replayed_into_a_mig_pool_gets_its_interactive_default(tmp_path: Path) -> None:
+    """The gap this option closes: replayed notebooks land on the pool's MIG slices."""
+    swf = shared_data("swf/lublin_256.swf")
+    cluster_spec = load_cluster(str(Path(__file__).parents[1] / "fixtures" / "mig" / "cluster.yaml"))
+    spec = write_spec(tmp_path, f"kind: trace\npath: {swf}\npool: interactive\njobs: 400\n")
+    jobs = load_workload(spec, cluster_spec).jobs
+    converted = with_interactive_default(jobs, cluster_spec.mig, cluster_spec.nodes)
+    small = [t for t in jobs if t.job.tasks == 1 and t.job.request.gpu_milli <= 1000]
+    assert small, "Lublin-1 has one-processor jobs"
+    assert sum(t.job.request.mig_profile == "1g.10gb" for t in converted) == len(small)
+    with pytest.raises(ConfigError, match=": pool: the cluster has no pool 'nope'"):
+        load_workload(write_spec(tmp_path, f"kind: trace\npath: {swf}\npool: nope\n"), cluster_spec)

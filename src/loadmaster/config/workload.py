@@ -27,6 +27,7 @@ path: traces/lublin_256.swf   # relative to this file
 format: swf                   # default: from the file name
 load: 0.8                     # optional target offered load on the cluster
 scale: rate                   # or sample: more jobs on a bigger cluster
+pool: interactive             # optional: every job to this pool (its MIG settings apply)
 ```
 """
 
@@ -92,6 +93,7 @@ class TraceWorkloadSpec(_Strict):
     queues: Literal["one", "trace"] = "one"
     requests: Literal["gpu", "trace"] = "gpu"
     too_big: Literal["drop", "stop"] = "drop"
+    pool: str | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,7 @@ def _replayed(
             requests=spec.requests,
             too_big=spec.too_big,
             seed=spec.seed,
+            pool=spec.pool,
         )
         replayed = replay(trace, cluster.nodes, options)
     except TraceError as exc:

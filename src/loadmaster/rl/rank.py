@@ -101,7 +101,7 @@ class RankConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.seed < WARM_STREAM:
             raise ConfigError("RankConfig", "seed", f"must be in [0, {WARM_STREAM}), got {self.seed}")
-        for name in ("updates", "sequences", "epochs", "minibatch", "workers", "hidden"):
+        for name in ("updates", "sequences", "epochs", "minibatch", "workers", "hidden", "validation"):
             if getattr(self, name) < 1:
                 raise ConfigError("RankConfig", name, f"must be >= 1, got {getattr(self, name)}")
         if self.samples < 2:
@@ -212,6 +212,8 @@ class _Played:
 def _play(task: _Task) -> _Played:
     """Play one episode with the given weights; record decisions when exploring."""
     nodes, jobs, options = task.episodes.episode(task.stream, task.index)
+    # A profile names a checkpoint, not weights: build it with a shipped one, then swap in the
+    # weights being trained, with their own observation spec.
     prof = task.episodes.profile("lab", task.explore)
     plugin = prof.order[0]
     if not isinstance(plugin, Learned):

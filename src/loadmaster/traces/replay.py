@@ -15,7 +15,11 @@ Conversion (each default says why):
 - User and group come from the trace ('unknown' when empty); every job goes
   to the queue ``default`` unless ``queues="trace"`` keeps the trace's queues
   as separate lanes; ``pool`` and ``resource_type`` are None (anywhere),
-  because the trace's partitions are not the simulated cluster's pools.
+  because the trace's partitions are not the simulated cluster's pools,
+  unless ``pool`` names one of the cluster's pools: then every job goes
+  there, its settings apply (a MIG pool's ``interactive_default`` turns
+  small jobs into MIG requests), and load and sizes are measured on that
+  pool's GPUs.
 - Requests are GPUs only (``requests="gpu"``): CPU and memory recorded on
   other hosts would make jobs wait for reasons foreign to the replayed
   cluster. ``requests="trace"`` keeps the trace's CPU, memory and GPU memory.
@@ -95,6 +99,8 @@ class ReplayOptions:
     too_big: TooBig = "drop"
     seed: int = 0
     """Seed of ``scale="sample"``'s draws and jitter."""
+    pool: str | None = None
+    """Send every job to this pool of the simulated cluster (None: anywhere)."""
 
     def __post_init__(self) -> None:
         if self.load is not None and not (math.isfinite(self.load) and self.load > 0):
@@ -191,6 +197,8 @@ def trace_capacity_gpus(trace: Trace) -> int | None:
 def replay(trace: Trace, nodes: NodeTable, options: ReplayOptions | None = None) -> Replay:
     """Simulator jobs from ``trace`` for a cluster of ``nodes``, scaled as ``options`` say."""
     options = options or ReplayOptions()
+    if options.pool is not None:
+        nodes = _pool_nodes(nodes, options.pool)
     report = ReplayReport(rows=len(trace), cluster_gpus=nodes.total_gpus)
     report.trace_gpus = options.trace_gpus or trace_capacity_gpus(trace)
     rows = _replayable(_columns(trace, options), nodes, options, report)
@@ -205,6 +213,13 @@ def replay(trace: Trace, nodes: NodeTable, options: ReplayOptions | None = None)
     report.jobs = len(jobs)
     report.offered_load = _load(rows.gpu_milli * rows.tasks, rows.duration_s, submit, report.cluster_gpus)
     return Replay(jobs, report)
+
+
+def _pool_nodes(nodes: NodeTable, pool: str) -> NodeTable:
+    """The nodes of ``pool``: what a replay sent there is sized and loaded against."""
+    if pool not in nodes.pools:
+        raise ReplayError("pool", f"the cluster has no pool {pool!r}; pools: {', '.join(nodes.pools)}")
+    return NodeTable.build([n for n in nodes.nodes if n.pool == pool], nodes.resource_types)
 
 
 def _columns(trace: Trace, options: ReplayOptions) -> _Rows:
@@ -357,6 +372,7 @@ def _jobs(rows: _Rows, submit_s: npt.NDArray[np.float64], options: ReplayOptions
             request=request,
             time_limit_s=limit,
             queue=str(rows.queues[i] or DEFAULT_QUEUE),
+            pool=options.pool,
         )
         jobs.append(TraceJob(job, duration))
     return jobs
