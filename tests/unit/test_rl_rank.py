@@ -109,3 +109,11 @@ def test_cli_rank_train_names_a_missing_trace(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["rl", "rank-train", "--out", str(tmp_path), "--trace", "nope.swf"])
     assert isinstance(result.exception, ConfigError)
     assert "nope.swf" in str(result.exception)
+
+
+def test_cli_eval_rlscheduler_prints_learned_sjf_and_f1() -> None:
+    trace = shared_data("swf/lublin_256.swf")
+    result = CliRunner().invoke(app, ["rl", "eval-rlscheduler", "--trace", str(trace), "--sequences", "1"])
+    assert result.exit_code == 0, result.output
+    assert "no backfill" in result.output and "F1" in result.output
+    assert "204.26" in result.output  # SJF on the first sequence, as published

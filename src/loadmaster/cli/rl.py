@@ -30,7 +30,7 @@ from loadmaster.rl.evaluate import (
     evaluate,
     learned_profiles,
 )
-from loadmaster.validation.rlscheduler import TraceWindows
+from loadmaster.validation.rlscheduler import SEQUENCE_STARTS, TraceWindows, learned_cell, reproduce
 
 if TYPE_CHECKING:
     from loadmaster.rl.rank import Episodes
@@ -172,6 +172,35 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
     console.print(
         f"Wrote {final} ({final.stat().st_size / 1024:.0f} KiB), {out / 'curve.csv'}, {out / 'curve.png'}"
     )
+
+
+@app.command("eval-rlscheduler")
+def eval_rlscheduler(
+    trace: Annotated[Path, typer.Option(help="Lublin-1 (lublin_256.swf) or another SWF trace")],
+    checkpoint: Annotated[str, typer.Option(help="Shipped name or a policy .npz (both modes)")] = "",
+    sequences: Annotated[int, typer.Option(help="How many of the protocol's ten sequences to run")] = 10,
+) -> None:
+    """The learned order against SJF and F1 on the RLScheduler protocol's sequences, without and with
+    backfilling (default checkpoints: lublin, lublin-backfill)."""
+    if not trace.is_file():
+        raise ConfigError(str(trace), "--trace", "no such file")
+    if not 1 <= sequences <= len(SEQUENCE_STARTS):
+        raise ConfigError(
+            "rl eval-rlscheduler", "--sequences", f"1 to {len(SEQUENCE_STARTS)}, got {sequences}"
+        )
+    starts = SEQUENCE_STARTS[:sequences]
+    heuristics = reproduce(trace, policies=("SJF", "F1"), starts=starts, workers=2)
+    view = Table(
+        title=f"RLScheduler protocol on {trace.name}: mean bounded slowdown over {sequences} sequences"
+    )
+    for column in ("mode", "learned", "SJF", "F1"):
+        view.add_column(column)
+    for backfill, default in ((False, "lublin"), (True, "lublin-backfill")):
+        learned = learned_cell(trace, checkpoint or default, backfill, starts).mean_bsld
+        cells = [heuristics[p, backfill].mean_bsld for p in ("SJF", "F1")]
+        mode = "backfill" if backfill else "no backfill"
+        view.add_row(mode, *(f"{v:.2f}" for v in (learned, *cells)))
+    console.print(view)
 
 
 @app.command("eval")
