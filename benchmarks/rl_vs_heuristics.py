@@ -59,7 +59,7 @@ from loadmaster.scheduling import Profile
 from loadmaster.scheduling.framework import CycleContext
 from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
 from loadmaster.scheduling.policy_net import load_policy
-from loadmaster.validation.rlscheduler import SEQUENCE_STARTS, learned_cell, reproduce
+from loadmaster.validation.rlscheduler import SEQUENCE_STARTS, compare_learned
 
 SWF = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf" / "lublin_256.swf"
 
@@ -143,20 +143,11 @@ def oracle_profile(
 
 
 def rlscheduler_table() -> dict[str, dict[str, float]]:
-    """Mean bounded slowdown of learned (``lublin``), SJF and F1 on the protocol's ten sequences."""
+    """Mean bounded slowdown of learned (``lublin``, ``lublin-backfill``), SJF and F1 on the protocol's
+    ten sequences, each checkpoint also in the other mode."""
     if not SWF.is_file():
         raise SystemExit(f"missing {SWF} (see ../shared/data/README.md)")
-    heuristics = reproduce(SWF, policies=("SJF", "F1"), workers=2)
-    out: dict[str, dict[str, float]] = {}
-    checkpoints = {False: "lublin", True: "lublin-backfill"}
-    for backfill in (False, True):
-        mode = "backfill" if backfill else "no backfill"
-        out[mode] = {
-            "learned": learned_cell(SWF, checkpoints[backfill], backfill).mean_bsld,
-            "learned (other mode's)": learned_cell(SWF, checkpoints[not backfill], backfill).mean_bsld,
-            **{p: heuristics[p, backfill].mean_bsld for p in ("SJF", "F1")},
-        }
-    return out
+    return compare_learned(SWF, cross=True)
 
 
 def main() -> None:

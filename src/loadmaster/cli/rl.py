@@ -30,12 +30,32 @@ from loadmaster.rl.evaluate import (
     evaluate,
     learned_profiles,
 )
-from loadmaster.validation.rlscheduler import SEQUENCE_STARTS, TraceWindows, learned_cell, reproduce
+from loadmaster.validation.rlscheduler import (
+    SEQUENCE_STARTS,
+    SHIPPED_CHECKPOINTS,
+    TraceWindows,
+    compare_learned,
+)
 
 if TYPE_CHECKING:
     from loadmaster.rl.rank import Episodes
 
 app = typer.Typer(no_args_is_help=True, help="The learned scheduler: train it with PPO, evaluate it.")
+
+
+def _command(name: str) -> str:
+    """The command line as typed, for the checkpoint's record."""
+    return shlex.join(["loadmaster", "rl", *sys.argv[2:]]) if len(sys.argv) > 2 else f"loadmaster rl {name}"
+
+
+def _wrote(final: Path, out: Path) -> None:
+    console.print(
+        f"Wrote {final} ({final.stat().st_size / 1024:.0f} KiB), {out / 'curve.csv'}, {out / 'curve.png'}"
+    )
+
+
+def _torch_missing(command: str) -> ConfigError:
+    return ConfigError(f"rl {command}", "torch", "PyTorch is needed: pip install 'loadmaster[rl]'")
 
 
 def _floats(text: str, option: str) -> tuple[float, ...]:
@@ -82,7 +102,7 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
         from loadmaster.rl.ppo import TrainConfig  # noqa: PLC0415 (torch is an optional extra)
         from loadmaster.rl.run import train_to  # noqa: PLC0415
     except ModuleNotFoundError as err:
-        raise ConfigError("rl train", "torch", "PyTorch is needed: pip install 'loadmaster[rl]'") from err
+        raise _torch_missing("train") from err
     env = EnvConfig(
         cluster=cluster, workload=workload, jobs=jobs, fairness_weight=fairness_weight, allow_wait=False
     )
@@ -94,7 +114,7 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
         steps=steps,
         warm_start=warm_start,  # type: ignore[arg-type]  # TrainConfig checks the value
     )
-    command = shlex.join(["loadmaster", "rl", *sys.argv[2:]]) if len(sys.argv) > 2 else "loadmaster rl train"
+    command = _command("train")
     with count_progress(34) as progress:
         task = progress.add_task("PPO updates", total=updates)
 
@@ -103,9 +123,7 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
             progress.update(task, advance=1, description=f"PPO updates (episode bsld {bsld:.3f})")
 
         final = train_to(config, out, every=every, command=command, on_update=show)
-    console.print(
-        f"Wrote {final} ({final.stat().st_size / 1024:.0f} KiB), {out / 'curve.csv'}, {out / 'curve.png'}"
-    )
+    _wrote(final, out)
 
 
 @app.command("rank-train")
@@ -135,9 +153,7 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         from loadmaster.rl.rank import LabEpisodes, RankConfig  # noqa: PLC0415 (torch is optional)
         from loadmaster.rl.run import rank_to  # noqa: PLC0415
     except ModuleNotFoundError as err:
-        raise ConfigError(
-            "rl rank-train", "torch", "PyTorch is needed: pip install 'loadmaster[rl]'"
-        ) from err
+        raise _torch_missing("rank-train") from err
     episodes: Episodes
     if setup == "lublin":
         if trace is None:
@@ -158,9 +174,7 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         lr=lr,
         workers=workers,
     )
-    command = (
-        shlex.join(["loadmaster", "rl", *sys.argv[2:]]) if len(sys.argv) > 2 else "loadmaster rl rank-train"
-    )
+    command = _command("rank-train")
     with count_progress(34) as progress:
         task = progress.add_task("PPO updates", total=updates)
 
@@ -169,9 +183,7 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
             progress.update(task, advance=1, description=f"PPO updates (validation bsld {bsld:.2f})")
 
         final = rank_to(config, episodes, out, command=command, on_update=show)
-    console.print(
-        f"Wrote {final} ({final.stat().st_size / 1024:.0f} KiB), {out / 'curve.csv'}, {out / 'curve.png'}"
-    )
+    _wrote(final, out)
 
 
 @app.command("eval-rlscheduler")
@@ -188,18 +200,14 @@ def eval_rlscheduler(
         raise ConfigError(
             "rl eval-rlscheduler", "--sequences", f"1 to {len(SEQUENCE_STARTS)}, got {sequences}"
         )
-    starts = SEQUENCE_STARTS[:sequences]
-    heuristics = reproduce(trace, policies=("SJF", "F1"), starts=starts, workers=2)
-    view = Table(
-        title=f"RLScheduler protocol on {trace.name}: mean bounded slowdown over {sequences} sequences"
-    )
+    chosen = {False: checkpoint, True: checkpoint} if checkpoint else SHIPPED_CHECKPOINTS
+    table = compare_learned(trace, chosen, SEQUENCE_STARTS[:sequences])
+    title = f"RLScheduler protocol on {trace.name}: mean bounded slowdown over {sequences} sequences"
+    view = Table(title=title)
     for column in ("mode", "learned", "SJF", "F1"):
         view.add_column(column)
-    for backfill, default in ((False, "lublin"), (True, "lublin-backfill")):
-        learned = learned_cell(trace, checkpoint or default, backfill, starts).mean_bsld
-        cells = [heuristics[p, backfill].mean_bsld for p in ("SJF", "F1")]
-        mode = "backfill" if backfill else "no backfill"
-        view.add_row(mode, *(f"{v:.2f}" for v in (learned, *cells)))
+    for mode, row in table.items():
+        view.add_row(mode, *(f"{row[name]:.2f}" for name in ("learned", "SJF", "F1")))
     console.print(view)
 
 

@@ -267,6 +267,34 @@ def learned_cell(
     return Cell("learned", backfill, tuple(b for b, _ in runs), tuple(u for _, u in runs))
 
 
+SHIPPED_CHECKPOINTS: Mapping[bool, str] = {False: "lublin", True: "lublin-backfill"}
+"""The shipped checkpoint trained for each mode (backfill or not)."""
+
+
+def compare_learned(
+    path: Path,
+    checkpoints: Mapping[bool, str] = SHIPPED_CHECKPOINTS,
+    starts: Sequence[int] = SEQUENCE_STARTS,
+    *,
+    cross: bool = False,
+    workers: int = 2,
+) -> dict[str, dict[str, float]]:
+    """Mode ("no backfill", "backfill") -> mean bounded slowdown of ``learned`` (that mode's
+    checkpoint), SJF and F1 on the sequences at ``starts``; with ``cross``, also the other mode's
+    checkpoint in this mode ("learned (other mode's)")."""
+    heuristics = reproduce(path, policies=("SJF", "F1"), starts=starts, workers=workers)
+    out: dict[str, dict[str, float]] = {}
+    for backfill in (False, True):
+        row = {"learned": learned_cell(path, checkpoints[backfill], backfill, starts).mean_bsld}
+        if cross:
+            row["learned (other mode's)"] = learned_cell(
+                path, checkpoints[not backfill], backfill, starts
+            ).mean_bsld
+        row.update({p: heuristics[p, backfill].mean_bsld for p in ("SJF", "F1")})
+        out["backfill" if backfill else "no backfill"] = row
+    return out
+
+
 @dataclass(frozen=True)
 class Reference:
     """The published table: per-sequence cells, the published means and the sequence starts."""
