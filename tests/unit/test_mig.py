@@ -258,3 +258,23 @@ def test_an_interactive_default_that_is_not_text_says_what_is_allowed(tmp_path: 
 def test_layout_text_round_trips() -> None:
     text = "3g.40gb + 2g.20gb + 1g.10gb x2"
     assert layout_text(parse_layout(A100, text)) == text
+
+
+def test_a_reservation_holds_its_mig_instances_against_later_jobs() -> None:
+    """EASY backfill: a later MIG job that would outlast the reservation may not take an instance
+    the reserved gang needs (it would delay the gang to its own end); one that ends before may."""
+    mig = MigSimOptions((MigPoolConfig("p", "3g.40gb x2"),))
+
+    def job(name: str, submit_s: float, tasks: int, run_s: float) -> TraceJob:
+        return TraceJob(
+            Job(name, "u", "g", submit_s, tasks, TaskRequest(0, mig_profile="3g.40gb"), run_s), run_s
+        )
+
+    jobs = [job("running", 0.0, 1, 100.0), job("gang", 1.0, 2, 50.0), job("late", 2.0, 1, 500.0)]
+    jobs.append(job("short", 3.0, 1, 40.0))
+    easy = profile("fifo", "gang", "first-fit", "backfill", args={"backfill": {"mode": "easy"}})
+    result = simulate(nodes(), Scheduler(easy), jobs, SimOptions(mig=mig))
+    start = dict(zip(result.jobs.job_id.tolist(), result.jobs.start_s.tolist(), strict=True))
+    assert start["gang"] == 100.0  # reserved from the running job's end, and held
+    assert start["short"] == 3.0  # ends at 43, before the reservation: backfilled on the free instance
+    assert start["late"] == 150.0  # after the gang, not on an instance the gang needed

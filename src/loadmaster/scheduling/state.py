@@ -34,9 +34,13 @@ class Held:
     gpu: IntArray
     cpu: IntArray
     memory: IntArray
+    mig: tuple[TaskPlacement, ...] = ()
+    """MIG placements held: their instances are taken out of a view too, not only CPU and memory."""
 
     def __add__(self, other: Held) -> Held:
-        return Held(self.gpu + other.gpu, self.cpu + other.cpu, self.memory + other.memory)
+        return Held(
+            self.gpu + other.gpu, self.cpu + other.cpu, self.memory + other.memory, self.mig + other.mig
+        )
 
 
 @dataclass(eq=False)
@@ -161,7 +165,7 @@ class WorkingState:
             gpu[placement.node, list(placement.gpu_indices)] += placement.gpu_milli
             cpu[placement.node] += placement.cpu_milli
             memory[placement.node] += placement.memory_mib
-        return Held(gpu, cpu, memory)
+        return Held(gpu, cpu, memory, tuple(p for p in placements if p.mig is not None))
 
     def subtract(self, held: Held) -> None:
         """Take ``held`` out without logging, never below zero (capacity held for a reservation).
@@ -173,6 +177,8 @@ class WorkingState:
         np.maximum(self.cpu_free - held.cpu, 0, out=self.cpu_free)
         np.maximum(self.memory_free - held.memory, 0, out=self.memory_free)
         self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
+        for placement in held.mig:
+            self._mig(placement, -1)  # an instance in use now stays so: counted once, as above
 
     def copy(self) -> WorkingState:
         """An independent copy with an empty log."""
