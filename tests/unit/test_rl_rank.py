@@ -21,6 +21,7 @@ from loadmaster.rl.rank import (
     _advantages,
     _Played,
     prefix_log_prob,
+    to_go,
     train_ranking,
 )
 from loadmaster.rl.run import rank_to
@@ -54,9 +55,9 @@ def _played(end: list[float], times: list[float]) -> _Played:
 
 def test_slowdown_to_go_counts_only_what_accrues_after_the_moment() -> None:
     played = _played([100.0, 300.0], [])
-    assert played.to_go(np.array([0.0]))[0] == pytest.approx((1.0 + 3.0) / 2)
-    assert played.to_go(np.array([200.0]))[0] == pytest.approx((0.0 + 1.0) / 2)
-    assert played.to_go(np.array([400.0]))[0] == 0.0
+    assert to_go(played, np.array([0.0]))[0] == pytest.approx((1.0 + 3.0) / 2)
+    assert to_go(played, np.array([200.0]))[0] == pytest.approx((0.0 + 1.0) / 2)
+    assert to_go(played, np.array([400.0]))[0] == 0.0
 
 
 def test_the_advantage_compares_samples_of_the_same_workload_from_the_same_moment() -> None:

@@ -30,6 +30,7 @@ from loadmaster.rl.evaluate import (
     evaluate,
     learned_profiles,
 )
+from loadmaster.validation.deepjs_learned import DeepJSChunks
 from loadmaster.validation.rlscheduler import (
     SEQUENCE_STARTS,
     SHIPPED_CHECKPOINTS,
@@ -38,7 +39,7 @@ from loadmaster.validation.rlscheduler import (
 )
 
 if TYPE_CHECKING:
-    from loadmaster.rl.rank import Episodes
+    from loadmaster.rl.rank import Source
 
 app = typer.Typer(no_args_is_help=True, help="The learned scheduler: train it with PPO, evaluate it.")
 
@@ -130,9 +131,15 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
 def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
     out: Annotated[Path, typer.Option(help="Folder for policy.npz, checkpoints/, curve.csv and curve.png")],
     setup: Annotated[
-        str, typer.Option(help="lublin: the RLScheduler protocol on an SWF trace; lab: lab cluster + EASY")
+        str,
+        typer.Option(
+            help="lublin: the RLScheduler protocol on an SWF trace; lab: lab cluster + EASY; "
+            "deepjs: the DeepJS chunks (--trace: CloudSimPy's jobs.csv)"
+        ),
     ] = "lublin",
-    trace: Annotated[Path | None, typer.Option(help="lublin: the SWF trace to draw windows from")] = None,
+    trace: Annotated[
+        Path | None, typer.Option(help="lublin: the SWF trace to draw windows from; deepjs: jobs.csv")
+    ] = None,
     before: Annotated[
         int | None, typer.Option(help="lublin: use only the trace's jobs before this index (held-out rest)")
     ] = None,
@@ -154,17 +161,20 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         from loadmaster.rl.run import rank_to  # noqa: PLC0415
     except ModuleNotFoundError as err:
         raise _torch_missing("rank-train") from err
-    episodes: Episodes
-    if setup == "lublin":
+    episodes: Source
+    if setup in {"lublin", "deepjs"}:
         if trace is None:
-            raise ConfigError("rl rank-train", "--trace", "the lublin setup needs an SWF trace")
+            raise ConfigError("rl rank-train", "--trace", f"the {setup} setup needs a trace file")
         if not trace.is_file():
             raise ConfigError(str(trace), "--trace", "no such file")
-        episodes = TraceWindows(str(trace.resolve()), jobs=jobs, backfill=backfill, before=before)
+        if setup == "deepjs":
+            episodes = DeepJSChunks(str(trace.resolve()))
+        else:
+            episodes = TraceWindows(str(trace.resolve()), jobs=jobs, backfill=backfill, before=before)
     elif setup == "lab":
         episodes = LabEpisodes(jobs=jobs)
     else:
-        raise ConfigError("rl rank-train", "--setup", f"lublin or lab, got {setup!r}")
+        raise ConfigError("rl rank-train", "--setup", f"lublin, lab or deepjs, got {setup!r}")
     config = RankConfig(
         seed=seed,
         updates=updates,

@@ -61,12 +61,14 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
 class Agent(nn.Module):
     """Score network (per job, shared weights), a learned score for waiting, and the critic."""
 
-    def __init__(self, spec: ObservationSpec, hidden: int = 64) -> None:
+    def __init__(self, spec: ObservationSpec, hidden: int = 64, width: int | None = None) -> None:
         super().__init__()
         self.spec = spec
         self.hidden = hidden
         context = context_size(spec)
-        self.score = _mlp([len(JOB_INPUTS) + context, hidden, hidden, 1])
+        self.width = width or len(JOB_INPUTS) + context
+        """Inputs of the score network: a job's and the context's, unless another row is given."""
+        self.score = _mlp([self.width, hidden, hidden, 1])
         self.wait = _mlp([context, hidden, 1])
         self.value = _mlp([context + len(JOB_INPUTS), hidden, hidden, 1])
 

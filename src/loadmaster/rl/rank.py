@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -55,7 +55,7 @@ from loadmaster.rl.agent import Agent
 from loadmaster.scheduling import PluginSpec, Profile, Scheduler, build_profile
 from loadmaster.scheduling.observe import ObservationSpec
 from loadmaster.scheduling.plugins.learned import Learned, RankedCycle
-from loadmaster.scheduling.policy_net import JOB_INPUTS, PolicyNet, context_size
+from loadmaster.scheduling.policy_net import JOB_INPUTS, PolicyNet
 from loadmaster.sim import SimOptions, simulate
 
 F32 = npt.NDArray[np.float32]
@@ -146,6 +146,82 @@ class Episodes(Protocol):
         ...
 
 
+class Played(Protocol):
+    """One played episode as the update needs it: its score, what each job accrued, the decisions."""
+
+    @property
+    def bsld(self) -> float:
+        """The episode's mean bounded slowdown."""
+        ...
+
+    @property
+    def submit(self) -> npt.NDArray[np.float64]:
+        """Per job: when it arrived."""
+        ...
+
+    @property
+    def end(self) -> npt.NDArray[np.float64]:
+        """Per job: when it ended."""
+        ...
+
+    @property
+    def rate(self) -> npt.NDArray[np.float64]:
+        """Per job: bounded slowdown accrued per unit of time in the system, 1 / max(run, bound)."""
+        ...
+
+    @property
+    def rows(self) -> list[F32]:
+        """Per decision: input rows in the sampled order."""
+        ...
+
+    @property
+    def positions(self) -> list[int]:
+        """Per decision: how many leading positions count."""
+        ...
+
+    @property
+    def times(self) -> list[float]:
+        """Per decision: when it was made."""
+        ...
+
+
+@runtime_checkable
+class ChoiceEpisodes(Protocol):
+    """Episodes that play themselves (picklable): a source outside the GPU simulator records each
+    decision as the rows it chose among, the chosen one first, and gives them to the trainer."""
+
+    @property
+    def width(self) -> int:
+        """Inputs per row."""
+        ...
+
+    @property
+    def warm_column(self) -> int:
+        """The input the warm start ranks by, smallest first (the shortest-job-first column)."""
+        ...
+
+    @property
+    def inputs_meta(self) -> dict[str, object]:
+        """What the checkpoint records about the inputs, so that a loader can refuse a mismatch."""
+        ...
+
+    def play(self, layers: Layers, stream: int, index: int, explore: float, noise: int) -> Played:
+        """Play episode ``index`` of ``stream`` with a score network of ``layers``; ``explore`` > 0
+        samples each choice (Gumbel noise of that scale, seeded by ``noise``) and records it."""
+        ...
+
+
+Source = Episodes | ChoiceEpisodes
+"""Anything the trainer plays: simulator episodes in a profile, or episodes that play themselves."""
+
+
+def to_go(played: Played, times: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Bounded slowdown the jobs of ``played`` accrue after each of ``times`` (summed over jobs, per job)."""
+    inside = np.maximum(played.end[None, :] - np.maximum(times[:, None], played.submit[None, :]), 0.0)
+    out: npt.NDArray[np.float64] = (inside * played.rate[None, :]).sum(1) / max(len(played.rate), 1)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class LabEpisodes:
     """The built-in workload on the lab cluster, gang + bin packing + EASY backfill, as the
@@ -179,7 +255,7 @@ def _lab_cluster() -> Cluster:
 
 @dataclass(frozen=True, slots=True)
 class _Task:
-    episodes: Episodes
+    episodes: Source
     layers: Layers
     spec: ObservationSpec
     stream: int
@@ -202,15 +278,11 @@ class _Played:
     times: list[float] = field(default_factory=list)
     """Per decision: when it was made."""
 
-    def to_go(self, times: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """Bounded slowdown the jobs accrue after each of ``times`` (summed over jobs, per job)."""
-        inside = np.maximum(self.end[None, :] - np.maximum(times[:, None], self.submit[None, :]), 0.0)
-        out: npt.NDArray[np.float64] = (inside * self.rate[None, :]).sum(1) / max(len(self.rate), 1)
-        return out
 
-
-def _play(task: _Task) -> _Played:
+def _play(task: _Task) -> Played:
     """Play one episode with the given weights; record decisions when exploring."""
+    if isinstance(task.episodes, ChoiceEpisodes):
+        return task.episodes.play(task.layers, task.stream, task.index, task.explore, task.noise)
     nodes, jobs, options = task.episodes.episode(task.stream, task.index)
     # A profile names a checkpoint, not weights: build it with a shipped one, then swap in the
     # weights being trained, with their own observation spec.
@@ -283,10 +355,12 @@ def _scores(agent: Agent, x: torch.Tensor, explore: float) -> torch.Tensor:
 
 
 def _warm_start(
-    agent: Agent, config: RankConfig, episodes: Episodes, plays: Callable[[list[_Task]], list[_Played]]
+    agent: Agent, config: RankConfig, episodes: Source, plays: Callable[[list[_Task]], list[Played]]
 ) -> None:
-    """Fit the score network to minus the log requested time (shortest first) on rows of real cycles."""
-    layers = _linear_sjf(agent)
+    """Fit the score network to minus the shortest-first column (the log requested time for the
+    simulator's jobs) on rows of real decisions."""
+    column = episodes.warm_column if isinstance(episodes, ChoiceEpisodes) else JOB_INPUTS.index("log_limit_h")
+    layers = _linear_sjf(agent, column)
     tasks = [_Task(episodes, layers, agent.spec, WARM_STREAM, i, 1.0, i) for i in range(2)]
     found = [r for played in plays(tasks) for r in played.rows]
     if not found:
@@ -295,7 +369,7 @@ def _warm_start(
         )
     rows = np.concatenate(found)
     x = torch.from_numpy(rows)
-    target = -x[:, 1]  # log1p(requested hours): JOB_INPUTS[1]
+    target = -x[:, column]
     optimizer = torch.optim.Adam(agent.score.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(config.seed)
     for _ in range(400):
@@ -306,9 +380,9 @@ def _warm_start(
         optimizer.step()
 
 
-def _linear_sjf(agent: Agent) -> Layers:
-    weight = np.zeros((len(JOB_INPUTS) + context_size(agent.spec), 1), dtype=np.float32)
-    weight[1, 0] = -1.0
+def _linear_sjf(agent: Agent, column: int) -> Layers:
+    weight = np.zeros((agent.width, 1), dtype=np.float32)
+    weight[column, 0] = -1.0
     return ((weight, np.zeros(1, dtype=np.float32)),)
 
 
@@ -317,19 +391,20 @@ def _layers(agent: Agent) -> Layers:
 
 
 def train_ranking(
-    config: RankConfig, episodes: Episodes, on_update: Callable[[RankLog, Agent], None] | None = None
+    config: RankConfig, episodes: Source, on_update: Callable[[RankLog, Agent], None] | None = None
 ) -> Agent:
     """Train; ``on_update`` sees each update's log and the agent. Returns the agent of the update
     with the lowest validation bounded slowdown (the warm start counts as update 0)."""
     torch.manual_seed(config.seed)
     torch.set_num_threads(1)
     spec = ObservationSpec()
-    agent = Agent(spec, hidden=config.hidden)
+    width = episodes.width if isinstance(episodes, ChoiceEpisodes) else None
+    agent = Agent(spec, hidden=config.hidden, width=width)
     optimizer = torch.optim.Adam(agent.score.parameters(), lr=config.lr)
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(config.workers, mp_context=context) as pool:
 
-        def plays(tasks: list[_Task]) -> list[_Played]:
+        def plays(tasks: list[_Task]) -> list[Played]:
             return list(pool.map(_play, tasks))
 
         def validate() -> float:
@@ -371,7 +446,7 @@ def train_ranking(
     return agent
 
 
-def _advantages(played: list[_Played], samples: int) -> npt.NDArray[np.float64]:
+def _advantages(played: list[Played], samples: int) -> npt.NDArray[np.float64]:
     """Per decision: how much less bounded slowdown its episode accrued from that moment on than
     the same workload's other samples did from the same moment (> 0: better), relative to theirs.
 
@@ -382,8 +457,8 @@ def _advantages(played: list[_Played], samples: int) -> npt.NDArray[np.float64]:
         group = played[first : first + samples]
         for i, mine in enumerate(group):
             times = np.asarray(mine.times, dtype=np.float64)
-            own = mine.to_go(times)
-            others = np.mean([p.to_go(times) for j, p in enumerate(group) if j != i], axis=0)
+            own = to_go(mine, times)
+            others = np.mean([to_go(p, times) for j, p in enumerate(group) if j != i], axis=0)
             out.append((others - own) / np.maximum(others, 1e-9) if len(times) else np.zeros(0))
     advantage = np.concatenate(out) if out else np.zeros(0)
     scaled: npt.NDArray[np.float64] = advantage / (advantage.std() + 1e-8) if len(advantage) else advantage
@@ -391,7 +466,7 @@ def _advantages(played: list[_Played], samples: int) -> npt.NDArray[np.float64]:
 
 
 def _optimise(
-    agent: Agent, optimizer: torch.optim.Optimizer, played: list[_Played], config: RankConfig
+    agent: Agent, optimizer: torch.optim.Optimizer, played: list[Played], config: RankConfig
 ) -> tuple[float, float, float]:
     advantage = _advantages(played, config.samples)
     rows = [r for p in played for r in p.rows]

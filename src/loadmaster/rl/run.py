@@ -29,7 +29,7 @@ from matplotlib.ticker import FormatStrFormatter
 
 from loadmaster.rl.agent import Agent
 from loadmaster.rl.ppo import TrainConfig, UpdateLog, train
-from loadmaster.rl.rank import Episodes, RankConfig, RankLog, train_ranking
+from loadmaster.rl.rank import ChoiceEpisodes, RankConfig, RankLog, Source, train_ranking
 
 CURVE_COLUMNS = (
     "update",
@@ -128,7 +128,7 @@ RANK_COLUMNS = (
 
 def rank_to(
     config: RankConfig,
-    episodes: Episodes,
+    episodes: Source,
     out_dir: Path,
     *,
     command: str = "",
@@ -139,7 +139,9 @@ def rank_to(
     (out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     record = {**json.loads(json.dumps(dataclasses.asdict(config))), "episodes": repr(episodes)}
     (out_dir / "config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    meta = {"train": record, "command": command, "trainer": "rank"}
+    meta: dict[str, object] = {"train": record, "command": command, "trainer": "rank"}
+    if isinstance(episodes, ChoiceEpisodes):
+        meta.update(episodes.inputs_meta)
     logs: list[RankLog] = []
     with (out_dir / "curve.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)

@@ -46,6 +46,9 @@ BUILTIN = {
 """Checkpoints shipped in ``loadmaster/data/models``: name -> file."""
 
 FORMAT = "loadmaster-policy/1"
+JOBS = "jobs"
+"""``meta.inputs`` of a checkpoint that scores jobs (:data:`JOB_INPUTS` and the context), as the
+``learned`` plugin needs; other trainers record their own rows and ``meta.input_width``."""
 
 
 def job_inputs(jobs: F32) -> F32:
@@ -163,7 +166,10 @@ def read_policy(data: bytes, source: str) -> tuple[PolicyNet, dict[str, F32]]:
         layers.append((arrays[f"score.{i}.weight"], arrays[f"score.{i}.bias"]))
     if not layers:
         raise ConfigError(source, "score.0.weight", "missing: the checkpoint has no score network")
-    expected = len(JOB_INPUTS) + context_size(spec)
+    inputs = meta.get("inputs", JOBS)
+    expected = len(JOB_INPUTS) + context_size(spec) if inputs == JOBS else meta.get("input_width")
+    if not isinstance(expected, int):
+        raise ConfigError(source, "meta.input_width", f"the width of {inputs!r} rows is missing")
     if layers[0][0].shape[0] != expected or layers[-1][0].shape[1] != 1:
         raise ConfigError(
             source,
@@ -187,4 +193,12 @@ def load_policy(checkpoint: str) -> PolicyNet:
             data = fh.read()
     except OSError as err:
         raise ConfigError(checkpoint, "checkpoint", f"cannot read: {err.strerror}") from err
-    return read_policy(data, checkpoint)[0]
+    return _jobs_policy(read_policy(data, checkpoint)[0], checkpoint)
+
+
+def _jobs_policy(policy: PolicyNet, source: str) -> PolicyNet:
+    """``policy``, if it scores jobs; a checkpoint trained on other rows is refused by name."""
+    inputs = policy.meta.get("inputs", JOBS)
+    if inputs != JOBS:
+        raise ConfigError(source, "meta.inputs", f"scores {inputs!r} rows; the learned plugin needs {JOBS!r}")
+    return policy
