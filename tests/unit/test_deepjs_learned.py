@@ -180,3 +180,13 @@ def test_cli_rank_train_on_deepjs_chunks_writes_a_pair_policy(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     chooser = load_chooser(str(out / "policy.npz"))
     assert chooser.net.meta["trainer"] == "rank" and chooser.net.meta["input_width"] == len(PAIR_INPUTS)
+
+
+def test_cli_eval_deepjs_prints_every_chooser() -> None:
+    trace = shared_data("cloudsimpy/jobs.csv")
+    result = CliRunner().invoke(app, ["rl", "eval-deepjs", "--trace", str(trace), "--chunks", "1"])
+    assert result.exit_code == 0, result.output
+    for name in ("learned-fair", "FIFO", "SJF", "Random", "FirstFit", "Tetris"):
+        assert name in result.output
+    bad = CliRunner().invoke(app, ["rl", "eval-deepjs", "--trace", str(trace), "--chunks", "51"])
+    assert isinstance(bad.exception, ConfigError) and "--chunks" in str(bad.exception)

@@ -30,7 +30,14 @@ from loadmaster.rl.evaluate import (
     evaluate,
     learned_profiles,
 )
-from loadmaster.validation.deepjs_learned import DeepJSChunks
+from loadmaster.validation.deepjs import evaluate as evaluate_chunks
+from loadmaster.validation.deepjs import heuristics
+from loadmaster.validation.deepjs_learned import (
+    TEST_CHUNKS,
+    DeepJSChunks,
+    evaluation_choosers,
+    evaluation_runs,
+)
 from loadmaster.validation.rlscheduler import (
     SEQUENCE_STARTS,
     SHIPPED_CHECKPOINTS,
@@ -218,6 +225,41 @@ def eval_rlscheduler(
         view.add_column(column)
     for mode, row in table.items():
         view.add_row(mode, *(f"{row[name]:.2f}" for name in ("learned", "SJF", "F1")))
+    console.print(view)
+
+
+@app.command("eval-deepjs")
+def eval_deepjs(
+    trace: Annotated[Path, typer.Option(help="CloudSimPy's jobs.csv (the DeepJS setup's trace)")],
+    checkpoint: Annotated[str, typer.Option(help="A DeepJS chooser .npz (default: the shipped one)")] = "",
+    chunks: Annotated[int, typer.Option(help="Evaluation chunks 0 .. N-1 (training never uses 0-49)")] = 50,
+) -> None:
+    """The learned DeepJS chooser and its fair variant against FIFO, SJF, Random, FirstFit and
+    Tetris on the DeepJS chunks: per task, in the trace's time units."""
+    if not trace.is_file():
+        raise ConfigError(str(trace), "--trace", "no such file")
+    if not 1 <= chunks <= TEST_CHUNKS:
+        raise ConfigError(
+            "rl eval-deepjs", "--chunks", f"1 to {TEST_CHUNKS} (held out from training), got {chunks}"
+        )
+    runs = evaluation_runs(trace, chunks)
+    choosers = [*evaluation_choosers(checkpoint or None), *heuristics()]
+    view = Table(title=f"DeepJS setup, chunks 0-{chunks - 1} of {trace.name}: means per task")
+    for column in ("chooser", "bounded slowdown", "makespan", "Jain", "max wait", "mean wait"):
+        view.add_column(column)
+    with count_progress() as progress:
+        task = progress.add_task("choosers", total=len(choosers))
+        for chooser in choosers:
+            m = evaluate_chunks(chooser, runs).mean()
+            view.add_row(
+                chooser.name,
+                f"{m['avg_bounded_slowdown']:.3f}",
+                f"{m['makespan']:.1f}",
+                f"{m['fairness']:.3f}",
+                f"{m['max_wait']:.1f}",
+                f"{m['avg_wait']:.1f}",
+            )
+            progress.update(task, advance=1)
     console.print(view)
 
 
