@@ -66,23 +66,29 @@ FAIR_STARVATION_S = 6 * 3600.0
 """Wait after which learned-fair serves a job first and reserves for it (the production fix)."""
 
 
-def learned_profile(name: str, checkpoint: str, starvation_s: float | None = None) -> Profile:
-    """The learned order with gang and bin packing; with ``starvation_s``, jobs waiting that long
-    go first and EASY backfill reserves for them (the fair variant's production rule)."""
+def learned_profile(
+    name: str, checkpoint: str, starvation_s: float | None = None, backfill: bool = True
+) -> Profile:
+    """The learned order with gang and bin packing and, unless ``backfill`` is False, EASY backfill
+    as ``sjf-backfill`` has it; with ``starvation_s``, jobs waiting that long go first and reserve
+    (the fair variant's production rule)."""
     plugins = [PluginSpec("learned", {"checkpoint": checkpoint, "starvation_s": starvation_s})]
     plugins += [PluginSpec("gang", {}), PluginSpec("binpack", {})]
-    if starvation_s is None:
+    if not backfill:
         return build_profile(name, ["allocate"], plugins, source="rl.evaluate")
-    plugins.append(PluginSpec("backfill", {"mode": "easy", "starvation_s": starvation_s}))
+    guard = {} if starvation_s is None else {"starvation_s": starvation_s}
+    plugins.append(PluginSpec("backfill", {"mode": "easy", **guard}))
     return build_profile(name, ["allocate", "backfill"], plugins, source="rl.evaluate")
 
 
 def learned_profiles(checkpoint: str, fair_checkpoint: str) -> dict[str, Profile]:
-    """The three learned rows: as trained (lax), with the production starvation rule and EASY
-    backfill, and the reward-shaped fair checkpoint with that rule (learned-fair)."""
+    """The learned rows: the shipped ``learned`` profile (EASY backfill, as ``sjf-backfill``), the
+    order alone (as ``sjf``), with the production starvation rule, and the reward-shaped fair
+    checkpoint with that rule (learned-fair)."""
     return {
         "learned": learned_profile("learned", checkpoint),
-        "learned+backfill": learned_profile("learned+backfill", checkpoint, FAIR_STARVATION_S),
+        "learned-no-backfill": learned_profile("learned-no-backfill", checkpoint, backfill=False),
+        "learned+6h-rule": learned_profile("learned+6h-rule", checkpoint, FAIR_STARVATION_S),
         "learned-fair": learned_profile("learned-fair", fair_checkpoint, FAIR_STARVATION_S),
     }
 
