@@ -173,6 +173,8 @@ def rlscheduler_table() -> dict[str, dict[str, float]]:
 
 def deepjs_table() -> dict[str, dict[str, float]]:
     """Every chooser on the DeepJS evaluation chunks (none trained on): chooser -> metric -> mean."""
+    if not JOBS_CSV.is_file():
+        raise SystemExit(f"missing {JOBS_CSV} (see ../shared/data/README.md)")
     runs = evaluation_runs(JOBS_CSV)
     out: dict[str, dict[str, float]] = {}
     for chooser in [*evaluation_choosers(), *heuristics()]:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from conftest import shared_data
 from loadmaster.cli import app
 from loadmaster.errors import ConfigError
+from loadmaster.rl.agent import Agent
 from loadmaster.scheduling.observe import ObservationSpec
 from loadmaster.scheduling.policy_net import PolicyNet, load_policy, save_policy
 from loadmaster.validation.deepjs import (
@@ -190,3 +191,30 @@ def test_cli_eval_deepjs_prints_every_chooser() -> None:
         assert name in result.output
     bad = CliRunner().invoke(app, ["rl", "eval-deepjs", "--trace", str(trace), "--chunks", "51"])
     assert isinstance(bad.exception, ConfigError) and "--chunks" in str(bad.exception)
+
+
+def test_rank_train_on_deepjs_refuses_lublin_options_and_a_file_too_short(tmp_path: Path) -> None:
+    trace = shared_data("cloudsimpy/jobs.csv")
+    args = ["rl", "rank-train", "--setup", "deepjs", "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(app, [*args, "--trace", str(trace), "--backfill"])
+    assert isinstance(result.exception, ConfigError) and "--backfill" in str(result.exception)
+    short = tmp_path / "jobs.csv"
+    lines = trace.read_text().splitlines()[:40]
+    short.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(app, [*args, "--trace", str(short)])
+    assert isinstance(result.exception, ConfigError)
+    assert str(short.resolve()) in str(result.exception) and "chunks" in str(result.exception)
+
+
+def test_a_pair_checkpoint_of_the_wrong_width_is_refused_and_one_of_the_right_width_resumes() -> None:
+    buffer = io.BytesIO()
+    wide = np.zeros((len(PAIR_INPUTS) + 1, 1), dtype=np.float32)
+    meta = {"inputs": PAIRS, "input_width": len(PAIR_INPUTS) + 1}
+    save_policy(buffer, [(wide, np.zeros(1, dtype=np.float32))], ObservationSpec(), meta)
+    with pytest.raises(ConfigError, match="takes 10 inputs"):
+        pair_policy(buffer.getvalue(), "wide.npz")
+    agent = Agent(ObservationSpec(), hidden=8, width=len(PAIR_INPUTS))
+    saved = io.BytesIO()
+    agent.save(saved, {"inputs": PAIRS, "input_width": len(PAIR_INPUTS)})
+    again = Agent.load(saved.getvalue(), "pairs.npz")
+    assert again.width == len(PAIR_INPUTS) and pair_policy(saved.getvalue(), "pairs.npz").layers

@@ -260,18 +260,24 @@ def test_layout_text_round_trips() -> None:
     assert layout_text(parse_layout(A100, text)) == text
 
 
-def test_a_reservation_holds_its_mig_instances_against_later_jobs() -> None:
+@pytest.mark.parametrize("cpu_milli", [0, 3000], ids=["instances only", "cpu too"])
+def test_a_reservation_holds_its_mig_instances_against_later_jobs(cpu_milli: int) -> None:
     """EASY backfill: a later MIG job that would outlast the reservation may not take an instance
-    the reserved gang needs (it would delay the gang to its own end); one that ends before may."""
+    the reserved gang needs (it would delay the gang to its own end); one that ends before may.
+    With CPU asked too, the reservation is planned on releases summed at once, which must give
+    their instances back as well."""
     mig = MigSimOptions((MigPoolConfig("p", "3g.40gb x2"),))
 
-    def job(name: str, submit_s: float, tasks: int, run_s: float) -> TraceJob:
-        return TraceJob(
-            Job(name, "u", "g", submit_s, tasks, TaskRequest(0, mig_profile="3g.40gb"), run_s), run_s
-        )
+    def job(name: str, submit_s: float, tasks: int, run_s: float, cpu: int = cpu_milli) -> TraceJob:
+        request = TaskRequest(0, cpu, mig_profile="3g.40gb")
+        return TraceJob(Job(name, "u", "g", submit_s, tasks, request, run_s), run_s)
 
-    jobs = [job("running", 0.0, 1, 100.0), job("gang", 1.0, 2, 50.0), job("late", 2.0, 1, 500.0)]
-    jobs.append(job("short", 3.0, 1, 40.0))
+    jobs = [
+        job("running", 0.0, 1, 100.0, 2 * cpu_milli),
+        job("gang", 1.0, 2, 50.0),
+        job("late", 2.0, 1, 500.0, 0),
+    ]
+    jobs.append(job("short", 3.0, 1, 40.0, 0))
     easy = profile("fifo", "gang", "first-fit", "backfill", args={"backfill": {"mode": "easy"}})
     result = simulate(nodes(), Scheduler(easy), jobs, SimOptions(mig=mig))
     start = dict(zip(result.jobs.job_id.tolist(), result.jobs.start_s.tolist(), strict=True))

@@ -153,7 +153,7 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
     backfill: Annotated[
         bool, typer.Option(help="lublin: train with the protocol's EASY backfilling")
     ] = False,
-    jobs: Annotated[int, typer.Option(help="Jobs per training sequence")] = 256,
+    jobs: Annotated[int, typer.Option(help="lublin, lab: jobs per training sequence")] = 256,
     updates: Annotated[int, typer.Option(help="PPO updates")] = 60,
     sequences: Annotated[int, typer.Option(help="Workloads per update")] = 4,
     samples: Annotated[int, typer.Option(help="Noisy plays of each workload")] = 8,
@@ -175,7 +175,10 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         if not trace.is_file():
             raise ConfigError(str(trace), "--trace", "no such file")
         if setup == "deepjs":
+            if before is not None or backfill:
+                raise ConfigError("rl rank-train", "--before/--backfill", "apply to the lublin setup only")
             episodes = DeepJSChunks(str(trace.resolve()))
+            episodes.chunks()  # reads and checks the file now, not in a worker after the run began
         else:
             episodes = TraceWindows(str(trace.resolve()), jobs=jobs, backfill=backfill, before=before)
     elif setup == "lab":

@@ -21,6 +21,7 @@ from torch import nn
 from loadmaster.scheduling.observe import ObservationSpec
 from loadmaster.scheduling.policy_net import (
     JOB_INPUTS,
+    JOBS,
     PolicyNet,
     context_inputs,
     context_size,
@@ -107,7 +108,8 @@ class Agent(nn.Module):
     def load(cls, data: bytes, source: str) -> Agent:
         """An agent from checkpoint bytes (every head restored when the file has them)."""
         policy, arrays = read_policy(data, source)
-        agent = cls(policy.spec, hidden=int(policy.meta.get("hidden", 64)))
+        width = policy.meta.get("input_width") if policy.meta.get("inputs", JOBS) != JOBS else None
+        agent = cls(policy.spec, hidden=int(policy.meta.get("hidden", 64)), width=width)
         state = {
             key[len("train.") :]: torch.from_numpy(v) for key, v in arrays.items() if key.startswith("train.")
         }

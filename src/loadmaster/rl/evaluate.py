@@ -70,8 +70,8 @@ def learned_profile(
     name: str, checkpoint: str, starvation_s: float | None = None, backfill: bool = True
 ) -> Profile:
     """The learned order with gang and bin packing and, unless ``backfill`` is False, EASY backfill
-    as ``sjf-backfill`` has it; with ``starvation_s``, jobs waiting that long go first and reserve
-    (the fair variant's production rule)."""
+    as ``sjf-backfill`` has it; with ``starvation_s``, jobs waiting that long go first (and, with
+    backfill, reserve: the fair variant's production rule)."""
     plugins = [PluginSpec("learned", {"checkpoint": checkpoint, "starvation_s": starvation_s})]
     plugins += [PluginSpec("gang", {}), PluginSpec("binpack", {})]
     if not backfill:

@@ -200,6 +200,8 @@ class Future:
         np.add.at(view.cpu_free, n[:, 0], n[:, 1])
         np.add.at(view.memory_free, n[:, 0], n[:, 2])
         view.whole_free, view.largest_share, view.free_milli = gpu_summary(view.gpu_free)
+        if view.mig is not None:  # MIG instances are not in the flat arrays: free them one by one
+            view.vacate_mig(p for release in self.ends[:k] for p in release.placements)
         return view
 
     def room_at_most(self, k: int, allowed: BoolArray, request: TaskRequest) -> int:

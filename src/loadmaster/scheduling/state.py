@@ -7,7 +7,7 @@ rolled back exactly (Volcano's statement commit/discard).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -97,6 +97,12 @@ class WorkingState:
         self._apply(placement, -1)
         self._log.append(placement)
         return placement
+
+    def vacate_mig(self, placements: Iterable[TaskPlacement]) -> None:
+        """Free the MIG instances of ``placements`` that this state still has in use (others are skipped)."""
+        for placement in placements:
+            if placement.mig is not None:
+                self._mig(placement, +1)
 
     def _mig(self, placement: TaskPlacement, sign: int) -> None:
         """Occupy (-1) or vacate (+1) a MIG placement's instance, if this state tracks it and it is so."""

@@ -17,8 +17,9 @@ Chunks 0 .. :data:`TEST_CHUNKS` - 1 (the reference's ten among them) are
 never trained on; training and validation draw chunks from the rest.
 
 :class:`FairChooser` is the production fix on top of any chooser: a task
-that has waited :data:`FAIR_THRESHOLD` or more is served first, oldest
-first. :class:`FifoChooser` starts the oldest waiting task or nothing.
+that has not started yet, of a job that has waited :data:`FAIR_THRESHOLD` or
+more, is served first, oldest job first. :class:`FifoChooser` starts the
+oldest waiting task or nothing.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ import numpy.typing as npt
 
 from loadmaster.errors import ConfigError
 from loadmaster.scheduling.observe import ObservationSpec
-from loadmaster.scheduling.policy_net import PolicyNet, read_policy
+from loadmaster.scheduling.policy_net import JOBS, PolicyNet, read_policy
 from loadmaster.validation.deepjs import (
     BOUND_S,
+    CHUNK_JOBS,
     MACHINE_CPU,
     MACHINE_MEMORY,
     SEED,
@@ -67,12 +69,10 @@ PAIR_INPUTS = (
     "log_work_left",
 )
 """One row per fitting pair: the machine's free CPU and memory (fractions), the task's instance
-CPU (log cores) and memory (per cent of a machine), log1p of its instance duration, waiting and
+CPU (log1p of cores) and memory (per cent of a machine), log1p of its instance duration, waiting and
 running instances, of the time its job has waited, and of its waiting work (duration x waiting)."""
 TEST_CHUNKS = 50
 """Chunks 0-49 are the evaluation chunks: never trained on."""
-LAST_CHUNK = 520
-"""The last whole chunk of the 5,216-job file."""
 MAX_ROWS = 128
 """Rows kept per recorded decision, in sampled order: the tail is almost never drawn first."""
 DECISIONS = 256
@@ -199,9 +199,14 @@ def _first_machine(snapshot: Snapshot, task: TaskView) -> int | None:
 def pair_policy(data: bytes, source: str) -> PolicyNet:
     """A checkpoint that scores :data:`PAIR_INPUTS` rows; any other is refused by name."""
     policy = read_policy(data, source)[0]
-    inputs = policy.meta.get("inputs")
+    inputs = policy.meta.get("inputs", JOBS)
     if inputs != PAIRS:
         raise ConfigError(source, "meta.inputs", f"scores {inputs!r} rows; a DeepJS chooser needs {PAIRS!r}")
+    width = policy.layers[0][0].shape[0]
+    if width != len(PAIR_INPUTS):
+        raise ConfigError(
+            source, "score.0.weight", f"takes {width} inputs; {PAIRS} rows have {len(PAIR_INPUTS)}"
+        )
     return policy
 
 
@@ -254,9 +259,21 @@ class DeepJSChunks:
     def inputs_meta(self) -> dict[str, object]:
         return {"inputs": PAIRS, "input_width": len(PAIR_INPUTS)}
 
+    def chunks(self) -> int:
+        """Whole chunks in the file; a :class:`ConfigError` if none is left beyond the test chunks."""
+        count = len(_jobs(self.jobs_csv)) // CHUNK_JOBS
+        if count <= TEST_CHUNKS:
+            raise ConfigError(
+                self.jobs_csv,
+                "jobs",
+                f"{count} chunks of {CHUNK_JOBS} jobs; training needs chunks beyond the {TEST_CHUNKS} "
+                "held out for evaluation",
+            )
+        return count
+
     def chunk_index(self, stream: int, index: int) -> int:
         """The chunk of episode ``index`` of ``stream`` (deterministic, never a test chunk)."""
-        return int(np.random.default_rng([stream, index]).integers(TEST_CHUNKS, LAST_CHUNK + 1))
+        return int(np.random.default_rng([stream, index]).integers(TEST_CHUNKS, self.chunks()))
 
     def play(self, layers: Layers, stream: int, index: int, explore: float, noise: int) -> Recorded:
         jobs = chunk(_jobs(self.jobs_csv), self.chunk_index(stream, index))
