@@ -18,10 +18,10 @@ Targets (issue 5), per load >= 0.9:
   minutes (from the seconds recorded in the checkpoint; the command that
   made it is in docs/learned.md).
 
-A ceiling, not a rival: ``sjf-oracle-backfill`` is ``sjf-backfill`` ordering by
+A reference, not a rival: ``sjf-oracle-backfill`` is ``sjf-backfill`` ordering by
 each job's true run time, which no scheduler knows (backfilling still plans with
-the requested limits). If even it is not 10% ahead of ``sjf-backfill``, no
-learned ranking of the same queue can be.
+the requested limits): how much knowing run times would help a ranking. It is
+not an upper bound on rankings (the JSON keeps the key ``ordering_ceiling``).
 
 The RLScheduler protocol (``validation/rlscheduler.py``): the ten Lublin-1
 sequences of 1,024 jobs, the ``learned`` order as the head the protocol
@@ -139,7 +139,7 @@ def training_target() -> dict[str, object]:
 
 
 class TrueRunTimeFirst(ShortestJobFirst):
-    """SJF by the true run time, looked up by (job id, submit time): a ceiling, not a policy."""
+    """SJF by the true run time, looked up by (job id, submit time): a reference, not a policy."""
 
     def __init__(self, durations: dict[tuple[str, float], float]) -> None:
         super().__init__(SjfArgs(strict=True))
@@ -239,7 +239,7 @@ def main() -> None:
         }
         for at, rows_at in table.items()
     }
-    print("\nordering ceiling (true run times first, EASY on limits) against sjf-backfill:")
+    print("\nreference: true run times first, EASY on limits, against sjf-backfill:")
     for at_text, c in ceiling.items():
         oracle, sjf_bf, margin = c["sjf-oracle-backfill"], c["sjf-backfill"], c["oracle_margin"]
         print(f"  load {at_text}: {oracle:.3f} vs {sjf_bf:.3f} ({margin:+.1%})")
