@@ -161,6 +161,9 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
     lr: Annotated[float, typer.Option(help="Adam learning rate")] = 1e-3,
     seed: Annotated[int, typer.Option(help="Seed of torch and the episode stream")] = 0,
     workers: Annotated[int, typer.Option(help="Rollout processes")] = 2,
+    init: Annotated[
+        str | None, typer.Option(help="lublin, lab: start from this checkpoint (shipped name or .npz)")
+    ] = None,
 ) -> None:
     """Train the learned order by PPO over rankings, in the profile it will serve in (CPU; seeded)."""
     try:
@@ -177,6 +180,8 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         if setup == "deepjs":
             if before is not None or backfill:
                 raise ConfigError("rl rank-train", "--before/--backfill", "apply to the lublin setup only")
+            if init is not None:
+                raise ConfigError("rl rank-train", "--init", "starts a job-ranking policy (lublin, lab)")
             episodes = DeepJSChunks(str(trace.resolve()))
             episodes.chunks()  # reads and checks the file now, not in a worker after the run began
         else:
@@ -193,6 +198,7 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         explore=explore,
         lr=lr,
         workers=workers,
+        init=init,
     )
     command = _command("rank-train")
     with count_progress(34) as progress:

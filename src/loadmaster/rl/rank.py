@@ -55,7 +55,7 @@ from loadmaster.rl.agent import Agent
 from loadmaster.scheduling import PluginSpec, Profile, Scheduler, build_profile
 from loadmaster.scheduling.observe import ObservationSpec
 from loadmaster.scheduling.plugins.learned import Learned, RankedCycle
-from loadmaster.scheduling.policy_net import JOB_INPUTS, PolicyNet
+from loadmaster.scheduling.policy_net import JOB_INPUTS, PolicyNet, load_policy
 from loadmaster.sim import SimOptions, simulate
 
 F32 = npt.NDArray[np.float32]
@@ -94,6 +94,9 @@ class RankConfig:
     hidden: int = 64
     warm_start: bool = True
     """Start from the score network fitted to shortest-requested-time-first."""
+    init: str | None = None
+    """Start from this checkpoint's score network instead (a shipped name or a ``.npz`` path; the
+    plugin's job inputs, ``hidden`` units): fine-tuning an existing policy in this profile."""
     validation: int = 8
     """Held-back training sequences played greedily after each update; the best update is kept."""
     workers: int = 2
@@ -380,6 +383,21 @@ def _warm_start(
         optimizer.step()
 
 
+def _load_score(agent: Agent, checkpoint: str) -> None:
+    """Copy ``checkpoint``'s score layers into ``agent``; a ConfigError if the shapes differ."""
+    layers = load_policy(checkpoint).layers
+    linear = [m for m in agent.score if isinstance(m, torch.nn.Linear)]
+    shapes = [tuple(w.shape) for w, _ in layers]
+    if shapes != [(m.in_features, m.out_features) for m in linear]:
+        raise ConfigError(
+            checkpoint, "score", f"layers {shapes} do not fit a {agent.hidden}-unit score network"
+        )
+    with torch.no_grad():
+        for module, (weight, bias) in zip(linear, layers, strict=True):
+            module.weight.copy_(torch.from_numpy(np.ascontiguousarray(weight.T)))
+            module.bias.copy_(torch.from_numpy(bias))
+
+
 def _linear_sjf(agent: Agent, column: int) -> Layers:
     weight = np.zeros((agent.width, 1), dtype=np.float32)
     weight[column, 0] = -1.0
@@ -414,7 +432,9 @@ def train_ranking(
             ]
             return float(np.mean([p.bsld for p in plays(tasks)]))
 
-        if config.warm_start:
+        if config.init is not None:
+            _load_score(agent, config.init)
+        elif config.warm_start:
             _warm_start(agent, config, episodes, plays)
         best = (validate(), {k: v.clone() for k, v in agent.state_dict().items()})
         started = time.perf_counter()
