@@ -121,13 +121,16 @@ def test_cli_eval_rlscheduler_prints_learned_sjf_and_f1() -> None:
     assert "204.26" in result.output  # SJF on the first sequence, as published
 
 
-def test_training_can_start_from_a_shipped_checkpoint() -> None:
-    """With a zero learning rate nothing moves, so the result is the shipped network itself."""
+def test_training_can_start_from_a_shipped_checkpoint(tmp_path: Path) -> None:
+    """With a zero learning rate nothing moves, so the result is the shipped network itself, and
+    the run records that it kept the starting network (update 0)."""
     config = RankConfig(
         updates=1, sequences=1, samples=2, validation=1, workers=1, seed=3, init="lab", lr=0.0
     )
     agent = train_ranking(config, LabEpisodes(jobs=128, loads=(1.1,)))
     for (wa, ba), (wb, bb) in zip(agent.score_layers(), load_policy("lab").layers, strict=True):
         assert np.allclose(wa, wb) and np.allclose(ba, bb)
+    final = rank_to(config, LabEpisodes(jobs=128, loads=(1.1,)), tmp_path / "run")
+    assert load_policy(str(final)).meta["update"] == 0
     with pytest.raises(ConfigError, match="do not fit"):
         train_ranking(dataclasses.replace(config, hidden=8), LabEpisodes(jobs=128, loads=(1.1,)))

@@ -409,10 +409,14 @@ def _layers(agent: Agent) -> Layers:
 
 
 def train_ranking(
-    config: RankConfig, episodes: Source, on_update: Callable[[RankLog, Agent], None] | None = None
+    config: RankConfig,
+    episodes: Source,
+    on_update: Callable[[RankLog, Agent], None] | None = None,
+    on_start: Callable[[float], None] | None = None,
 ) -> Agent:
-    """Train; ``on_update`` sees each update's log and the agent. Returns the agent of the update
-    with the lowest validation bounded slowdown (the warm start counts as update 0)."""
+    """Train; ``on_start`` sees the starting network's validation score, ``on_update`` each update's
+    log and the agent. Returns the agent of the update with the lowest validation bounded slowdown
+    (the starting network counts as update 0)."""
     torch.manual_seed(config.seed)
     torch.set_num_threads(1)
     spec = ObservationSpec()
@@ -437,6 +441,8 @@ def train_ranking(
         elif config.warm_start:
             _warm_start(agent, config, episodes, plays)
         best = (validate(), {k: v.clone() for k, v in agent.state_dict().items()})
+        if on_start is not None:
+            on_start(best[0])
         started = time.perf_counter()
         for update in range(1, config.updates + 1):
             base = (update - 1) * config.sequences

@@ -157,9 +157,12 @@ def rank_to(
                 on_update(log)
 
         started = time.perf_counter()
-        agent = train_ranking(config, episodes, record_update)
+        start: list[float] = []
+        agent = train_ranking(config, episodes, record_update, start.append)
         seconds = round(time.perf_counter() - started, 1)
-    best = min(logs, key=lambda log: log.validation_bsld).update if logs else 0
+    # The starting network (update 0) is kept unless an update validated strictly better.
+    scores = [(start[0], 0)] + [(log.validation_bsld, log.update) for log in logs]
+    best = min(scores, key=lambda item: item[0])[1]
     final = out_dir / "policy.npz"
     with final.open("wb") as out:
         agent.save(out, {**meta, "update": best, "train_seconds": seconds})
