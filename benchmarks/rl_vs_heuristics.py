@@ -61,14 +61,7 @@ from loadmaster.scheduling import Profile
 from loadmaster.scheduling.framework import CycleContext
 from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
 from loadmaster.scheduling.policy_net import load_policy
-from loadmaster.validation.deepjs import evaluate as evaluate_chunks
-from loadmaster.validation.deepjs import heuristics
-from loadmaster.validation.deepjs_learned import (
-    TEST_CHUNKS,
-    evaluation_choosers,
-    evaluation_runs,
-    load_chooser,
-)
+from loadmaster.validation.deepjs_learned import TEST_CHUNKS, compare_choosers, load_chooser
 from loadmaster.validation.rlscheduler import SEQUENCE_STARTS, compare_learned
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -175,12 +168,10 @@ def deepjs_table() -> dict[str, dict[str, float]]:
     """Every chooser on the DeepJS evaluation chunks (none trained on): chooser -> metric -> mean."""
     if not JOBS_CSV.is_file():
         raise SystemExit(f"missing {JOBS_CSV} (see ../shared/data/README.md)")
-    runs = evaluation_runs(JOBS_CSV)
-    out: dict[str, dict[str, float]] = {}
-    for chooser in [*evaluation_choosers(), *heuristics()]:
-        means = evaluate_chunks(chooser, runs).mean()
-        out[chooser.name] = {ours: means[theirs] for theirs, ours in DEEPJS_METRICS.items()}
-    return out
+    return {
+        name: {ours: means[theirs] for theirs, ours in DEEPJS_METRICS.items()}
+        for name, means in compare_choosers(JOBS_CSV).items()
+    }
 
 
 def main() -> None:

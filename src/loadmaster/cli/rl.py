@@ -12,8 +12,9 @@ import dataclasses
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -30,14 +31,8 @@ from loadmaster.rl.evaluate import (
     evaluate,
     learned_profiles,
 )
-from loadmaster.validation.deepjs import evaluate as evaluate_chunks
 from loadmaster.validation.deepjs import heuristics
-from loadmaster.validation.deepjs_learned import (
-    TEST_CHUNKS,
-    DeepJSChunks,
-    evaluation_choosers,
-    evaluation_runs,
-)
+from loadmaster.validation.deepjs_learned import TEST_CHUNKS, DeepJSChunks, compare_choosers
 from loadmaster.validation.rlscheduler import (
     SEQUENCE_STARTS,
     SHIPPED_CHECKPOINTS,
@@ -60,6 +55,28 @@ def _wrote(final: Path, out: Path) -> None:
     console.print(
         f"Wrote {final} ({final.stat().st_size / 1024:.0f} KiB), {out / 'curve.csv'}, {out / 'curve.png'}"
     )
+
+
+def _with_progress(
+    updates: int, label: str, field: str, out: Path, train: Callable[[Callable[[Any], None]], Path]
+) -> None:
+    """Run ``train`` (given the per-update callback) under a bar of ``updates`` PPO updates whose
+    description shows each log's ``field`` formatted by ``label``; then say what it wrote."""
+    with count_progress(34) as progress:
+        task = progress.add_task("PPO updates", total=updates)
+
+        def show(log: Any) -> None:
+            value = getattr(log, field, float("nan"))
+            progress.update(task, advance=1, description=f"PPO updates ({label.format(value)})")
+
+        final = train(show)
+    _wrote(final, out)
+
+
+def _existing(trace: Path) -> None:
+    """A ConfigError naming ``--trace`` when the file is not there."""
+    if not trace.is_file():
+        raise ConfigError(str(trace), "--trace", "no such file")
 
 
 def _torch_missing(command: str) -> ConfigError:
@@ -123,15 +140,13 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
         warm_start=warm_start,  # type: ignore[arg-type]  # TrainConfig checks the value
     )
     command = _command("train")
-    with count_progress(34) as progress:
-        task = progress.add_task("PPO updates", total=updates)
-
-        def show(log: object) -> None:
-            bsld = getattr(log, "mean_bsld", float("nan"))
-            progress.update(task, advance=1, description=f"PPO updates (episode bsld {bsld:.3f})")
-
-        final = train_to(config, out, every=every, command=command, on_update=show)
-    _wrote(final, out)
+    _with_progress(
+        updates,
+        "episode bsld {:.3f}",
+        "mean_bsld",
+        out,
+        lambda show: train_to(config, out, every=every, command=command, on_update=show),
+    )
 
 
 @app.command("rank-train")
@@ -175,8 +190,7 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
     if setup in {"lublin", "deepjs"}:
         if trace is None:
             raise ConfigError("rl rank-train", "--trace", f"the {setup} setup needs a trace file")
-        if not trace.is_file():
-            raise ConfigError(str(trace), "--trace", "no such file")
+        _existing(trace)
         if setup == "deepjs":
             if before is not None or backfill:
                 raise ConfigError("rl rank-train", "--before/--backfill", "apply to the lublin setup only")
@@ -201,15 +215,13 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         init=init,
     )
     command = _command("rank-train")
-    with count_progress(34) as progress:
-        task = progress.add_task("PPO updates", total=updates)
-
-        def show(log: object) -> None:
-            bsld = getattr(log, "validation_bsld", float("nan"))
-            progress.update(task, advance=1, description=f"PPO updates (validation bsld {bsld:.2f})")
-
-        final = rank_to(config, episodes, out, command=command, on_update=show)
-    _wrote(final, out)
+    _with_progress(
+        updates,
+        "validation bsld {:.2f}",
+        "validation_bsld",
+        out,
+        lambda show: rank_to(config, episodes, out, command=command, on_update=show),
+    )
 
 
 @app.command("eval-rlscheduler")
@@ -220,8 +232,7 @@ def eval_rlscheduler(
 ) -> None:
     """The learned order against SJF and F1 on the RLScheduler protocol's sequences, without and with
     backfilling (default checkpoints: lublin, lublin-backfill)."""
-    if not trace.is_file():
-        raise ConfigError(str(trace), "--trace", "no such file")
+    _existing(trace)
     if not 1 <= sequences <= len(SEQUENCE_STARTS):
         raise ConfigError(
             "rl eval-rlscheduler", "--sequences", f"1 to {len(SEQUENCE_STARTS)}, got {sequences}"
@@ -245,30 +256,26 @@ def eval_deepjs(
 ) -> None:
     """The learned DeepJS chooser and its fair variant against FIFO, SJF, Random, FirstFit and
     Tetris on the DeepJS chunks: per task, in the trace's time units."""
-    if not trace.is_file():
-        raise ConfigError(str(trace), "--trace", "no such file")
+    _existing(trace)
     if not 1 <= chunks <= TEST_CHUNKS:
         raise ConfigError(
             "rl eval-deepjs", "--chunks", f"1 to {TEST_CHUNKS} (held out from training), got {chunks}"
         )
-    runs = evaluation_runs(trace, chunks)
-    choosers = [*evaluation_choosers(checkpoint or None), *heuristics()]
+    with count_progress() as progress:
+        task = progress.add_task("choosers", total=len(heuristics()) + 3)
+        table = compare_choosers(trace, chunks, checkpoint or None, lambda _: progress.advance(task))
     view = Table(title=f"DeepJS setup, chunks 0-{chunks - 1} of {trace.name}: means per task")
     for column in ("chooser", "bounded slowdown", "makespan", "Jain", "max wait", "mean wait"):
         view.add_column(column)
-    with count_progress() as progress:
-        task = progress.add_task("choosers", total=len(choosers))
-        for chooser in choosers:
-            m = evaluate_chunks(chooser, runs).mean()
-            view.add_row(
-                chooser.name,
-                f"{m['avg_bounded_slowdown']:.3f}",
-                f"{m['makespan']:.1f}",
-                f"{m['fairness']:.3f}",
-                f"{m['max_wait']:.1f}",
-                f"{m['avg_wait']:.1f}",
-            )
-            progress.update(task, advance=1)
+    for name, m in table.items():
+        view.add_row(
+            name,
+            f"{m['avg_bounded_slowdown']:.3f}",
+            f"{m['makespan']:.1f}",
+            f"{m['fairness']:.3f}",
+            f"{m['max_wait']:.1f}",
+            f"{m['avg_wait']:.1f}",
+        )
     console.print(view)
 
 

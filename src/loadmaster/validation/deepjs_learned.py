@@ -42,12 +42,15 @@ from loadmaster.validation.deepjs import (
     MACHINE_CPU,
     MACHINE_MEMORY,
     SEED,
+    Chooser,
     ChunkResult,
     Decision,
     JobSpec,
     Snapshot,
     TaskView,
     chunk,
+    evaluate,
+    heuristics,
     read_jobs,
     run_chunk,
 )
@@ -308,11 +311,25 @@ def _tasks(result: ChunkResult, attribute: str) -> npt.NDArray[np.float64]:
     return np.array([float(getattr(t, attribute)) for t in result.tasks], dtype=np.float64)
 
 
-def evaluation_choosers(checkpoint: str | None = None) -> list[ScoredChooser | FairChooser | FifoChooser]:
-    """The learned rows: learned (greedy) and learned-fair, then FIFO (the heuristics come from
-    :func:`loadmaster.validation.deepjs.heuristics`)."""
+def compare_choosers(
+    jobs_csv: Path,
+    count: int = TEST_CHUNKS,
+    checkpoint: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, dict[str, float]]:
+    """The learned chooser (``checkpoint``; None: the shipped one), learned-fair and FIFO, then
+    CloudSimPy's heuristics and SJF, on evaluation chunks 0 .. count - 1: chooser -> metric
+    (:data:`loadmaster.validation.deepjs.METRICS`) -> mean over the chunks. ``progress`` hears
+    each chooser's name when it is done."""
     learned = load_chooser(checkpoint)
-    return [learned, FairChooser(learned), FifoChooser()]
+    choosers: list[Chooser] = [learned, FairChooser(learned), FifoChooser(), *heuristics()]
+    runs = evaluation_runs(jobs_csv, count)
+    out: dict[str, dict[str, float]] = {}
+    for chooser in choosers:
+        out[chooser.name] = evaluate(chooser, runs).mean()
+        if progress is not None:
+            progress(chooser.name)
+    return out
 
 
 def evaluation_runs(jobs_csv: Path, count: int = TEST_CHUNKS) -> list[tuple[int, Sequence[JobSpec]]]:
