@@ -5,12 +5,19 @@ GPUs, on the 1,213 GPU nodes (protocol: loadmaster.validation.fgd), on
 seeds 42-51; the mean allocated GPU share at each arrival level is compared
 with the mean of the authors' cached runs (expected_results/analysis_allo_discrete.csv).
 
+By default each seed uses the authors' own draws for that seed (the pods'
+arrival order and the node order, benchmarks/workloads/openb_reference_draws.json.gz,
+written by tools/openb-draws), so the comparison is seed for seed; the table
+counts the seeds whose whole curve is identical to the published one. FGD is
+also run with numpy's generator (``--draws numpy`` runs every policy so),
+to show what the draws alone move.
+
 Targets (issue "MIG and GPU sharing"): Random, Best-fit, DotProd, GPU-Packing
 and FGD within 0.5 percentage points of the published curve at every arrival
 level; FGD at least 95.39% at 130%; the whole experiment under 10 minutes.
 GPU-Clustering and loadmaster's FGD-balanced are reported without a target.
 
-    python benchmarks/fgd_openb.py [--seeds 10] [--workers 2]
+    python benchmarks/fgd_openb.py [--seeds 10] [--workers 2] [--draws reference|numpy]
 
 Prints a table and writes benchmarks/results/fgd_openb.json and fgd_openb.png.
 """
@@ -28,10 +35,22 @@ from pathlib import Path
 
 import numpy as np
 
-from loadmaster.validation.fgd import LEVELS, POLICIES, OpenbData, discrete_curve, load_openb, run_seed
+from loadmaster.validation.fgd import (
+    LEVELS,
+    POLICIES,
+    OpenbData,
+    ReferenceDraws,
+    discrete_curve,
+    load_openb,
+    load_reference_draws,
+    run_seed,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
 RESULTS = Path(__file__).resolve().parent / "results"
+REFERENCE_DRAWS = Path(__file__).resolve().parent / "workloads" / "openb_reference_draws.json.gz"
+IDENTICAL_PP = 0.005
+"""A seed's curve is identical to the published one when every level differs by less (both round to 0.01)."""
 PUBLISHED_NAMES = {
     "Random": "01-Random",
     "DotProd": "02-DotProd",
@@ -48,6 +67,7 @@ TARGET_WALL_S = 600.0
 TABLE_LEVELS = (50, 80, 100, 110, 120, 130)
 
 _data: OpenbData | None = None
+_draws: dict[int, ReferenceDraws] = {}
 
 
 def _load() -> OpenbData:
@@ -55,52 +75,82 @@ def _load() -> OpenbData:
 
 
 def _init_worker() -> None:
-    global _data  # noqa: PLW0603 (one copy of the trace per worker process)
+    global _data, _draws  # noqa: PLW0603 (one copy of the trace and draws per worker process)
     _data = _load()
+    _draws = load_reference_draws(REFERENCE_DRAWS, _data)
 
 
-def _one(task: tuple[str, int]) -> tuple[str, int, list[float], int, float]:
-    name, seed = task
+Task = tuple[str, int, str]
+"""(policy, seed, draws: "reference" or "numpy")."""
+Done = tuple[str, int, str, list[float], int, float]
+
+
+def _one(task: Task) -> Done:
+    name, seed, source = task
     started = time.perf_counter()
-    data = _data if _data is not None else _load()
-    run = run_seed(name, data, seed)
-    curve = discrete_curve(run, data.total_gpus)
-    return name, seed, curve.tolist(), run.failed, time.perf_counter() - started
+    if _data is None:
+        _init_worker()
+    assert _data is not None
+    if source == "reference" and seed not in _draws:
+        raise SystemExit(f"{REFERENCE_DRAWS}: no draws for seed {seed} (it has {sorted(_draws)})")
+    run = run_seed(name, _data, seed, draws=_draws[seed] if source == "reference" else None)
+    curve = discrete_curve(run, _data.total_gpus)
+    return name, seed, source, curve.tolist(), run.failed, time.perf_counter() - started
 
 
-def published() -> dict[str, np.ndarray]:
-    """Mean published curve per policy (our names), over the seeds in the file."""
+def published_runs() -> dict[str, dict[int, np.ndarray]]:
+    """Per policy (our names) and seed, the authors' cached curve."""
     with (DATA / "expected_results" / "analysis_allo_discrete.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
-    curves: dict[str, np.ndarray] = {}
+        rows = [r for r in csv.DictReader(handle) if r["workload"] == "openb_pod_list_default"]
+    runs: dict[str, dict[int, np.ndarray]] = {}
     for ours, theirs in PUBLISHED_NAMES.items():
-        mine = [r for r in rows if r["sc_policy"] == theirs]
-        curves[ours] = np.array([[float(r[str(level)]) for level in LEVELS] for r in mine]).mean(axis=0)
-    return curves
+        runs[ours] = {
+            int(r["seed"]): np.array([float(r[str(level)]) for level in LEVELS])
+            for r in rows
+            if r["sc_policy"] == theirs
+        }
+    return runs
+
+
+def published(runs: dict[str, dict[int, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Mean published curve per policy, over the seeds in the file."""
+    return {name: np.array(list(seeds.values())).mean(axis=0) for name, seeds in runs.items()}
 
 
 def run_all(
-    seeds: list[int], workers: int
-) -> tuple[dict[str, np.ndarray], dict[str, dict[str, float]], float]:
-    """Mean curve per policy over ``seeds``, per-policy facts, and the wall time of the whole experiment."""
-    tasks = [(name, seed) for name in POLICIES for seed in seeds]
+    seeds: list[int], workers: int, source: str
+) -> tuple[dict[str, dict[int, np.ndarray]], dict[str, dict[str, float]], float, dict[int, float]]:
+    """Per policy and seed the curve, per-policy facts, the wall time of the experiment, and FGD at 130%
+    per seed with numpy's draws when ``source`` is "reference" (run after the timed experiment)."""
+    tasks: list[Task] = [(name, seed, source) for name in POLICIES for seed in seeds]
     tasks.sort(key=lambda t: not t[0].startswith("FGD"))  # the slow ones first, for a balanced pool
-    started = time.perf_counter()
     with ProcessPoolExecutor(workers, initializer=_init_worker) as pool:
+        started = time.perf_counter()
         done = list(pool.map(_one, tasks))
-    wall = time.perf_counter() - started
-    curves: dict[str, np.ndarray] = {}
+        wall = time.perf_counter() - started
+        numpy_fgd: list[Task] = [("FGD", seed, "numpy") for seed in seeds] if source == "reference" else []
+        extra = list(pool.map(_one, numpy_fgd))
+    runs: dict[str, dict[int, np.ndarray]] = {}
     facts: dict[str, dict[str, float]] = {}
     for name in POLICIES:
         mine = [d for d in done if d[0] == name]
-        stacked = np.array([d[2] for d in mine])
-        curves[name] = stacked.mean(axis=0)
+        runs[name] = {d[1]: np.array(d[3]) for d in mine}
+        stacked = np.array([d[3] for d in mine])
         facts[name] = {
             "seed_sd_at_130": round(float(stacked[:, -1].std(ddof=1)), 3) if len(mine) > 1 else 0.0,
-            "failed_pods_mean": round(float(np.mean([d[3] for d in mine])), 1),
-            "cpu_s": round(sum(d[4] for d in mine), 1),
+            "failed_pods_mean": round(float(np.mean([d[4] for d in mine])), 1),
+            "cpu_s": round(sum(d[5] for d in mine), 1),
         }
-    return curves, facts, wall
+    return runs, facts, wall, {d[1]: float(d[3][-1]) for d in extra}
+
+
+def identical_seeds(ours: dict[int, np.ndarray], theirs: dict[int, np.ndarray]) -> int:
+    """Seeds whose curve equals the published curve of the same seed at every arrival level."""
+    return sum(
+        1
+        for seed, curve in ours.items()
+        if seed in theirs and bool(np.nanmax(np.abs(curve - theirs[seed])) < IDENTICAL_PP)
+    )
 
 
 def plot(curves: dict[str, np.ndarray], reference: dict[str, np.ndarray], path: Path) -> None:
@@ -136,26 +186,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10, help="seeds 42, 43, ... (default 10, as published)")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument(
+        "--draws",
+        choices=("reference", "numpy"),
+        default="reference",
+        help="the authors' draws per seed (default), or numpy's generator seeded with the seed",
+    )
     args = parser.parse_args()
     seeds = list(range(42, 42 + args.seeds))
-    curves, facts, wall = run_all(seeds, args.workers)
-    reference = published()
+    runs, facts, wall, fgd_numpy = run_all(seeds, args.workers, args.draws)
+    curves = {name: np.array(list(per_seed.values())).mean(axis=0) for name, per_seed in runs.items()}
+    theirs = published_runs()
+    reference = published(theirs)
     at = [int(level) for level in TABLE_LEVELS]  # LEVELS is 0..130, so a level is its own index
 
-    print(f"{'policy':<16}" + "".join(f"{level:>9}%" for level in TABLE_LEVELS) + f"{'max |diff|':>12}")
+    print(
+        f"{'policy':<16}"
+        + "".join(f"{level:>9}%" for level in TABLE_LEVELS)
+        + f"{'max |diff|':>12}{'identical seeds':>17}"
+    )
     diffs: dict[str, float] = {}
     for name, curve in curves.items():
         print(f"{name:<16}" + "".join(f"{curve[i]:>10.2f}" for i in at), end="")
         if name in reference:
             diffs[name] = float(np.nanmax(np.abs(curve - reference[name])))
-            print(f"{diffs[name]:>12.2f}")
+            same = identical_seeds(runs[name], theirs[name])
+            facts[name]["seeds_identical_to_published"] = same
+            print(f"{diffs[name]:>12.2f}{f'{same}/{len(seeds)}':>17}")
             print(f"{'  published':<16}" + "".join(f"{reference[name][i]:>10.2f}" for i in at))
         else:
             print()
     print(
         f"whole experiment: {wall:.1f} s on {args.workers} worker(s), "
-        f"{len(seeds)} seeds x {len(curves)} policies"
+        f"{len(seeds)} seeds x {len(curves)} policies, {args.draws} draws"
     )
+    if fgd_numpy:
+        print(f"FGD at 130% with numpy's draws instead: {np.mean(list(fgd_numpy.values())):.2f}")
 
     targets: dict[str, dict[str, object]] = {}
     for name in MATCHED:
@@ -185,9 +251,10 @@ def main() -> None:
 
     result = {
         "benchmark": "fgd_openb",
-        "command": f"python benchmarks/fgd_openb.py --seeds {args.seeds} --workers {args.workers}",
+        "command": f"python benchmarks/fgd_openb.py --seeds {args.seeds} --workers {args.workers} "
+        f"--draws {args.draws}",
         "setup": "openb_pod_list_default inflated to 130% of 6,212 GPUs on 1,213 GPU nodes, seeds "
-        f"{seeds[0]}-{seeds[-1]}, protocol loadmaster.validation.fgd",
+        f"{seeds[0]}-{seeds[-1]}, {args.draws} draws, protocol loadmaster.validation.fgd",
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),
@@ -198,6 +265,15 @@ def main() -> None:
         "published": {name: [round(float(curve[i]), 2) for i in at] for name, curve in reference.items()},
         "max_abs_diff_pp": {name: round(value, 3) for name, value in diffs.items()},
         "per_policy": facts,
+        "fgd_at_130_numpy_draws": (
+            {
+                "note": "FGD with numpy's generator seeded with each seed instead of the authors' draws",
+                "mean": round(float(np.mean(list(fgd_numpy.values()))), 3),
+                "per_seed": {str(seed): round(value, 2) for seed, value in fgd_numpy.items()},
+            }
+            if fgd_numpy
+            else None
+        ),
         "curves_ours": {name: [round(float(v), 3) for v in curve] for name, curve in curves.items()},
         "targets": targets,
     }

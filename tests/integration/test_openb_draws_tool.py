@@ -1,0 +1,56 @@
+"""tools/openb-draws (Go, standard library only) writes exactly the shipped reference draws.
+
+Needs the Go toolchain (Debian ``golang-go``, which .ci/run installs): skipped
+without it, but a failure under CI=true.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import shared_data
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "tools" / "openb-draws"
+SHIPPED = ROOT / "benchmarks" / "workloads" / "openb_reference_draws.json.gz"
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        message = "the Go toolchain is missing (apt-get install golang-go)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return go
+
+
+def _run(go: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GOCACHE": str(tmp_path / "gocache"), "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+    return subprocess.run(
+        [go, "run", ".", *args], cwd=TOOL, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_the_tool_writes_the_shipped_draws(tmp_path: Path) -> None:
+    go = _go()
+    pods = shared_data("openb/openb_pod_list_default.csv")
+    done = _run(go, tmp_path, "-pods", str(pods), "-gpus", "6212", "-nodes", "1213", "-seeds", "42-51")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == json.loads(gzip.decompress(SHIPPED.read_bytes()))
+
+
+def test_the_tool_names_a_bad_input(tmp_path: Path) -> None:
+    go = _go()
+    bad = tmp_path / "pods.csv"
+    bad.write_text("name,num_gpu,gpu_milli\npod-0,one,1000\n")
+    done = _run(go, tmp_path, "-pods", str(bad), "-gpus", "1", "-nodes", "1")
+    assert done.returncode != 0  # `go run` reports the tool's exit status 2 as its own 1
+    assert f"{bad} line 2: num_gpu and gpu_milli must be numbers" in done.stderr

@@ -1,0 +1,3 @@
+module loadmaster/tools/openb-draws
+
+go 1.19
