@@ -91,8 +91,6 @@ def _one(task: Task) -> Done:
     if _data is None:
         _init_worker()
     assert _data is not None
-    if source == "reference" and seed not in _draws:
-        raise SystemExit(f"{REFERENCE_DRAWS}: no draws for seed {seed} (it has {sorted(_draws)})")
     run = run_seed(name, _data, seed, draws=_draws[seed] if source == "reference" else None)
     curve = discrete_curve(run, _data.total_gpus)
     return name, seed, source, curve.tolist(), run.failed, time.perf_counter() - started
@@ -194,6 +192,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     seeds = list(range(42, 42 + args.seeds))
+    if args.draws == "reference":
+        # Checked here, not in the workers, so that a missing seed stops the run before it starts.
+        shipped = load_reference_draws(REFERENCE_DRAWS, _load())
+        if missing := [seed for seed in seeds if seed not in shipped]:
+            parser.error(
+                f"{REFERENCE_DRAWS} has draws for seeds {min(shipped)}-{max(shipped)}, not {missing[0]}; "
+                "use --draws numpy for other seeds"
+            )
     runs, facts, wall, fgd_numpy = run_all(seeds, args.workers, args.draws)
     curves = {name: np.array(list(per_seed.values())).mean(axis=0) for name, per_seed in runs.items()}
     theirs = published_runs()
