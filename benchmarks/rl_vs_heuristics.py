@@ -18,10 +18,17 @@ Targets (issue 5), per load >= 0.9:
   minutes (from the seconds recorded in the checkpoint; the command that
   made it is in docs/learned.md).
 
-A reference, not a rival: ``sjf-oracle-backfill`` is ``sjf-backfill`` ordering by
-each job's true run time, which no scheduler knows (backfilling still plans with
-the requested limits): how much knowing run times would help a ranking. It is
-not an upper bound on rankings (the JSON keeps the key ``ordering_ceiling``).
+Two references, not rivals (no scheduler knows true run times):
+
+* ``sjf-oracle-backfill`` is ``sjf-backfill`` ordering by each job's true run
+  time (backfilling still plans with the requested limits): how much knowing
+  run times would help a ranking;
+* ``sjf-clairvoyant-backfill`` is ``sjf-backfill`` on the same jobs with every
+  time limit set to the true run time, so that both the order and EASY's
+  reservations use perfect knowledge. How far it is ahead of ``sjf-backfill``
+  bounds what run-time prediction can give this profile; it is not a proof
+  that no policy does better (``benchmarks/clairvoyant_ceiling.py`` tries other
+  clairvoyant orders). The JSON keeps both under ``ordering_ceiling``.
 
 The RLScheduler protocol (``validation/rlscheduler.py``): the ten Lublin-1
 sequences of 1,024 jobs, the ``learned`` order as the head the protocol
@@ -80,6 +87,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "rl_vs_heuristics.json"
 LOADS = (0.7, 0.9, 1.1)
 MARGIN = 0.10
+CLAIRVOYANT = "sjf-clairvoyant-backfill"
 
 
 def seeds(text: str) -> tuple[int, ...]:
@@ -102,6 +110,9 @@ def targets(table: dict[float, dict[str, dict[str, float]]]) -> dict[str, dict[s
             "measured": f"{learned:.3f} vs best rival {closest} {per[closest]['mean_bounded_slowdown']:.3f}"
             f" ({worst_margin:+.1%})",
             "pass": worst_margin >= MARGIN,
+            "reference": f"{CLAIRVOYANT} (true run times, not deployable) is"
+            f" {1 - per[CLAIRVOYANT]['mean_bounded_slowdown'] / per[closest]['mean_bounded_slowdown']:+.1%}"
+            f" against {closest}",
         }
         fair, fifo = per["learned-fair"], per["fifo"]
         out[f"fair_max_wait@{load:g}"] = {
@@ -156,6 +167,20 @@ def oracle_profile(
     return dataclasses.replace(base, name="sjf-oracle-backfill", plugins=plugins)
 
 
+def ceiling_at(per: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The two references' bounded slowdown at one load and how far each is ahead of sjf-backfill."""
+    base = per["sjf-backfill"]["mean_bounded_slowdown"]
+    oracle = per["sjf-oracle-backfill"]["mean_bounded_slowdown"]
+    clairvoyant = per[CLAIRVOYANT]["mean_bounded_slowdown"]
+    return {
+        "sjf-oracle-backfill": oracle,
+        CLAIRVOYANT: clairvoyant,
+        "sjf-backfill": base,
+        "oracle_margin": 1 - oracle / base,
+        "clairvoyant_margin": 1 - clairvoyant / base,
+    }
+
+
 def rlscheduler_table() -> dict[str, dict[str, float]]:
     """Mean bounded slowdown of learned (``lublin``, ``lublin-backfill``), SJF and F1 on the protocol's
     ten sequences, each checkpoint also in the other mode."""
@@ -186,6 +211,7 @@ def main() -> None:
     profiles["sjf-oracle-backfill"] = oracle_profile(
         profiles["sjf-backfill"], cluster, LOADS, seeds(args.seeds), args.jobs
     )
+    profiles[CLAIRVOYANT] = dataclasses.replace(profiles["sjf-backfill"], name=CLAIRVOYANT)
     started = time.perf_counter()
     total = len(profiles) * len(LOADS) * len(seeds(args.seeds))
     done = [0]
@@ -194,16 +220,24 @@ def main() -> None:
         done[0] += 1
         print(f"\r[{done[0]:>4}/{total}] {what:<40}", end="", flush=True)
 
-    rows = evaluate(cluster, profiles, loads=LOADS, seeds=seeds(args.seeds), jobs=args.jobs, progress=tick)
+    rows = evaluate(
+        cluster,
+        profiles,
+        loads=LOADS,
+        seeds=seeds(args.seeds),
+        jobs=args.jobs,
+        progress=tick,
+        clairvoyant=(CLAIRVOYANT,),
+    )
     print()
     table = aggregate(rows)
     for load, per in table.items():
         best = best_production(per)
         print(f"\nload {load:g} (mean of seeds {args.seeds}, {args.jobs} jobs; best production: {best})")
-        print(f"{'policy':<18}{'bsld':>9}{'makespan h':>12}{'Jain':>8}{'max wait h':>12}{'mean wait h':>13}")
+        print(f"{'policy':<26}{'bsld':>9}{'makespan h':>12}{'Jain':>8}{'max wait h':>12}{'mean wait h':>13}")
         for name, m in per.items():
             print(
-                f"{name:<18}{m['mean_bounded_slowdown']:>9.3f}{m['makespan_h']:>12.1f}{m['jain_fairness']:>8.3f}"
+                f"{name:<26}{m['mean_bounded_slowdown']:>9.3f}{m['makespan_h']:>12.1f}{m['jain_fairness']:>8.3f}"
                 f"{m['max_wait_h']:>12.1f}{m['mean_wait_h']:>13.2f}"
             )
     lublin = rlscheduler_table()
@@ -220,20 +254,14 @@ def main() -> None:
         )
     checks = targets(table)
     checks["training_minutes"] = training_target()
-    ceiling = {
-        f"{at:g}": {
-            "sjf-oracle-backfill": rows_at["sjf-oracle-backfill"]["mean_bounded_slowdown"],
-            "sjf-backfill": rows_at["sjf-backfill"]["mean_bounded_slowdown"],
-            "oracle_margin": 1
-            - rows_at["sjf-oracle-backfill"]["mean_bounded_slowdown"]
-            / rows_at["sjf-backfill"]["mean_bounded_slowdown"],
-        }
-        for at, rows_at in table.items()
-    }
-    print("\nreference: true run times first, EASY on limits, against sjf-backfill:")
+    ceiling = {f"{at:g}": ceiling_at(rows_at) for at, rows_at in table.items()}
+    print("\nreferences against sjf-backfill (true run times: order only / order and EASY planning):")
     for at_text, c in ceiling.items():
-        oracle, sjf_bf, margin = c["sjf-oracle-backfill"], c["sjf-backfill"], c["oracle_margin"]
-        print(f"  load {at_text}: {oracle:.3f} vs {sjf_bf:.3f} ({margin:+.1%})")
+        oracle, clairvoyant = c["sjf-oracle-backfill"], c[CLAIRVOYANT]
+        print(
+            f"  load {at_text}: sjf-backfill {c['sjf-backfill']:.3f}, oracle order {oracle:.3f}"
+            f" ({c['oracle_margin']:+.1%}), clairvoyant {clairvoyant:.3f} ({c['clairvoyant_margin']:+.1%})"
+        )
     print("\ntargets:")
     for name, check in checks.items():
         verdict = "PASS" if check["pass"] else "FAIL"

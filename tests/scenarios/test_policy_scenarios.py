@@ -30,8 +30,11 @@ from builders import (
     trace,
 )
 from loadmaster.config import load_cluster, load_profiles, load_workload
-from loadmaster.model import ClusterSnapshot, NodeTable, TraceJob
+from loadmaster.model import ClusterSnapshot, NodeTable, RunningJob, TraceJob
 from loadmaster.scheduling import Bind, Code, CycleResult, Preempt, Profile, Reserve, Scheduler
+from loadmaster.scheduling.framework import CycleContext
+from loadmaster.scheduling.plugins.backfill import Backfill, BackfillArgs
+from loadmaster.scheduling.state import WorkingState
 from loadmaster.sim import RunResult, SimOptions, simulate
 
 FIFO = profile("fifo", "gang", "first-fit")
@@ -619,6 +622,51 @@ def test_backfill_does_not_let_a_later_job_delay_the_head_when_the_job_ahead_sta
 
     assert starts(fifo) == {"r1": 0.0, "r2": 0.0, "P": 100.0, "H": 200.0, "Q": 300.0}
     assert starts(backfilled)["H"] == 200.0
+
+
+@pytest.mark.parametrize(
+    ("early_ends", "expected"),
+    [
+        # Planned on r's limit, H's reservation is at t=3000, so Q (ends at 2002) backfills now and
+        # H, which could have started when r really ended at t=1000, waits for Q.
+        (None, {"r": 0.0, "H": 2002.0, "Q": 2.0}),
+        # r planned to end at 3000 / 3 = 1000: Q would still hold GPUs H needs then, so it waits.
+        (3.0, {"r": 0.0, "H": 1000.0, "Q": 1100.0}),
+    ],
+    ids=["on-limits", "early-ends-3"],
+)
+def test_early_ends_keep_a_wide_reservation_from_being_overtaken(
+    early_ends: float | None, expected: dict[str, float]
+) -> None:
+    cluster = a_cluster().nodes(1, gpus=8).build()
+    chosen = profile("fifo", "gang", "first-fit", "backfill", args={"backfill": {"early_ends": early_ends}})
+    jobs = [
+        trace(a_job("r").gpus(4).limit(3000).submitted(0), 1000),
+        exact(a_job("H").gpus(8).submitted(1), 100),
+        exact(a_job("Q").gpus(4).submitted(2), 2000),
+    ]
+    result, _ = run(cluster, chosen, jobs)
+
+    assert starts(result) == expected
+
+
+def planned_run_s(backfill: Backfill, running: RunningJob, now: float) -> float:
+    """What ``backfill`` expects ``running`` to run in all, asked at ``now``."""
+    snapshot = a_snapshot(a_cluster().nodes(1, gpus=8).build()).build()
+    ctx = CycleContext(now, np.random.default_rng(0), snapshot, WorkingState.from_snapshot(snapshot))
+    return backfill.running_estimate_s(running, ctx)
+
+
+def test_early_ends_never_plan_past_the_estimate_or_within_minutes_of_now() -> None:
+    running = RunningJob(a_job("r").gpus(1).limit(1200).build(), (), 0.0)
+    early = Backfill(BackfillArgs(early_ends=3.0))
+    planned = {now: planned_run_s(early, running, now) for now in (0.0, 200.0, 700.0, 1000.0)}
+
+    # limit / 3; elapsed + 5 min; 1.5 x elapsed; capped by the limit.
+    assert planned == {0.0: 400.0, 200.0: 500.0, 700.0: 1050.0, 1000.0: 1200.0}
+    assert planned_run_s(Backfill(), running, 0.0) == 1200.0
+    with pytest.raises(ValueError, match="early_ends must be >= 1"):
+        BackfillArgs(early_ends=0.5)
 
 
 def test_a_job_kept_off_reserved_gpus_is_told_so() -> None:

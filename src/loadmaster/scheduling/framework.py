@@ -206,6 +206,11 @@ class ReservePlugin(Plugin):
         """Expected run time of ``job`` (its requested time limit unless the plugin predicts better)."""
         raise NotImplementedError
 
+    def running_estimate_s(self, running: RunningJob, ctx: CycleContext) -> float:
+        """Expected whole run time of a job that has been running since ``running.start_s``: what
+        reservations plan its end with (by default :meth:`estimate_s`, however long it has run)."""
+        return self.estimate_s(running.job, ctx)
+
 
 class VictimPlugin(Plugin):
     """``select_victims``: which running jobs may be preempted so that ``pending`` can start.

@@ -103,7 +103,7 @@ class _Futures:
         ctx, decisions = self.session.ctx, self.session.decisions
         if self._plan is None:
             running = list(ctx.snapshot.running)
-            estimates = {r.job.id: self.plugin.estimate_s(r.job, ctx) for r in running}
+            estimates = {r.job.id: self.plugin.running_estimate_s(r, ctx) for r in running}
             cache = self.session.flat_placements
             self._plan = ReleasePlan(releases(running, ctx.now, estimates), cache)
             if len(cache) > 2 * len(running) + 1024:
@@ -114,7 +114,7 @@ class _Futures:
         if self._seen < len(decisions):
             binds = [d for d in decisions[self._seen :] if isinstance(d, Bind) and d.starts]
             started = [RunningJob(self.jobs[b.job_id], b.placements, ctx.now) for b in binds]
-            estimates = {r.job.id: self.plugin.estimate_s(r.job, ctx) for r in started}
+            estimates = {r.job.id: self.plugin.running_estimate_s(r, ctx) for r in started}
             self._plan = self._plan.plus(releases(started, ctx.now, estimates))
             self._seen = len(decisions)
         return Future(ctx.state, self._plan)
