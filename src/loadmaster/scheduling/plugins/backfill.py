@@ -27,7 +27,7 @@ EARLY_END_GROWTH = 1.5
 """With ``early_ends``, a job that has run for t is expected to run at least 1.5 t in all: the longer
 a job has lasted, the longer it is likely to last (run times are heavy-tailed)."""
 EARLY_END_MARGIN_S = 300.0
-"""With ``early_ends``, a running job is never expected to end within 5 minutes (about five cycles)."""
+"""With ``early_ends``, a running job is never expected to end within 5 minutes of now."""
 
 
 @dataclass(frozen=True, slots=True)
