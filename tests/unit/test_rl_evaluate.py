@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from loadmaster.config import Cluster, load_cluster, load_workload
 from loadmaster.metrics import summarize
 from loadmaster.model import TraceJob
-from loadmaster.rl.evaluate import HEURISTICS, evaluate, exact_limits
+from loadmaster.rl.evaluate import HEURISTICS, evaluate, exact_limits, learned_profile
 from loadmaster.scheduling import Profile, Scheduler, build_profile
+from loadmaster.scheduling.plugins.backfill import Backfill, BackfillArgs
 from loadmaster.sim import SimOptions, simulate
 
 
@@ -42,3 +43,15 @@ def test_only_the_named_rows_see_true_run_times() -> None:
 def bsld(cluster: Cluster, profile: Profile, jobs: Sequence[TraceJob], seed: int) -> float:
     result = simulate(cluster.nodes, Scheduler(profile), jobs, SimOptions(seed=seed))
     return summarize(result.jobs, result.timeline).mean_bounded_slowdown
+
+
+def test_learned_profile_passes_early_ends_to_backfill() -> None:
+    plain = learned_profile("a", "lab", 6 * 3600.0)
+    early = learned_profile("b", "lab", 6 * 3600.0, early_ends=2.0)
+
+    def settings(profile: Profile) -> BackfillArgs:
+        (backfill,) = (p for p in profile.plugins if isinstance(p, Backfill))
+        return backfill.settings
+
+    assert (settings(plain).early_ends, settings(early).early_ends) == (None, 2.0)
+    assert settings(early).starvation_s == 6 * 3600.0

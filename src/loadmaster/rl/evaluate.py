@@ -68,17 +68,22 @@ FAIR_STARVATION_S = 6 * 3600.0
 
 
 def learned_profile(
-    name: str, checkpoint: str, starvation_s: float | None = None, backfill: bool = True
+    name: str,
+    checkpoint: str,
+    starvation_s: float | None = None,
+    backfill: bool = True,
+    early_ends: float | None = None,
 ) -> Profile:
     """The learned order with gang and bin packing and, unless ``backfill`` is False, EASY backfill
     as ``sjf-backfill`` has it; with ``starvation_s``, jobs waiting that long go first (and, with
-    backfill, reserve: the fair variant's production rule)."""
+    backfill, reserve: the fair variant's production rule); ``early_ends`` is the backfill option."""
     plugins = [PluginSpec("learned", {"checkpoint": checkpoint, "starvation_s": starvation_s})]
     plugins += [PluginSpec("gang", {}), PluginSpec("binpack", {})]
     if not backfill:
         return build_profile(name, ["allocate"], plugins, source="rl.evaluate")
     guard = {} if starvation_s is None else {"starvation_s": starvation_s}
-    plugins.append(PluginSpec("backfill", {"mode": "easy", **guard}))
+    planning = {} if early_ends is None else {"early_ends": early_ends}
+    plugins.append(PluginSpec("backfill", {"mode": "easy", **guard, **planning}))
     return build_profile(name, ["allocate", "backfill"], plugins, source="rl.evaluate")
 
 
