@@ -30,14 +30,13 @@ more) because a few wide jobs move a workload's mean.
 
     python benchmarks/clairvoyant_ceiling.py [--seeds 10000-10004,10005-10009] [--workers 2]
 
-Prints a table and writes benchmarks/results/clairvoyant_ceiling.json.
+Prints a table and writes benchmarks/results/clairvoyant_ceiling.json and .png.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import platform
 import time
@@ -46,19 +45,22 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from loadmaster.config import load_cluster, load_workload
 from loadmaster.metrics import summarize
 from loadmaster.model import Job, TraceJob
 from loadmaster.rl.evaluate import HEURISTICS, exact_limits
 from loadmaster.scheduling import Profile, Scheduler, build_profile
-from loadmaster.scheduling.framework import CycleContext
+from loadmaster.scheduling.framework import CycleContext, Plugin
 from loadmaster.scheduling.plugins.backfill import Backfill, BackfillArgs
 from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
 from loadmaster.sim import SimOptions, simulate
+from results_io import print_targets, seed_range, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "clairvoyant_ceiling.json"
+PLOT = RESULTS.with_suffix(".png")
 LOADS = (0.9, 1.1)
 JOBS = 1024
 MARGIN = 0.10
@@ -76,6 +78,10 @@ KEYS: dict[str, OrderKey] = {
     "run*gpus": lambda job, now: job.time_limit_s * job.gpus,
     "hrrn": lambda job, now: -(now - job.submit_s + job.time_limit_s) / job.time_limit_s,
 }
+
+
+NAMES = ("sjf-backfill", *EARLY_ENDS, "planning", *(f"clairvoyant:{k}" for k in KEYS))
+"""Every row: the baseline, the deployable early-ends rows, then the references."""
 
 
 class KeyedOrder(ShortestJobFirst):
@@ -105,37 +111,58 @@ def sjf_backfill() -> Profile:
     return build_profile("sjf-backfill", list(actions), list(plugins), source="clairvoyant_ceiling")
 
 
-def swap(profile: Profile, name: str, kind: type, plugin: object) -> Profile:
+def swap(profile: Profile, name: str, kind: type, plugin: Plugin) -> Profile:
     """``profile`` with its plugin of type ``kind`` replaced by ``plugin``."""
     plugins = tuple(plugin if isinstance(p, kind) else p for p in profile.plugins)
     return dataclasses.replace(profile, name=name, plugins=plugins)
 
 
-def run_one(task: tuple[str, float, int]) -> tuple[str, float, int, float]:
-    """One reference (or the baseline) on one workload: its mean bounded slowdown."""
-    name, load, seed = task
-    cluster = load_cluster("lab")
-    jobs: list[TraceJob] = list(load_workload("lab", cluster, jobs=JOBS, load=load, seed=seed).jobs)
+def configured(name: str, jobs: list[TraceJob]) -> tuple[Profile, list[TraceJob]]:
+    """The profile that row ``name`` runs, and the jobs it is shown (true run times as limits for
+    the clairvoyant rows)."""
     profile = sjf_backfill()
     if name == "planning":
         durations = {(t.job.id, t.job.submit_s): t.duration_s for t in jobs}
-        profile = swap(profile, name, Backfill, TrueRunTimePlanning(durations))
-    elif name.startswith("early-ends:"):
+        return swap(profile, name, Backfill, TrueRunTimePlanning(durations)), jobs
+    if name.startswith("early-ends:"):
         factor = float(name.split(":", 1)[1])
-        profile = swap(profile, name, Backfill, Backfill(BackfillArgs(early_ends=factor)))
-    elif name.startswith("clairvoyant:"):
-        jobs = exact_limits(jobs)
-        profile = swap(profile, name, ShortestJobFirst, KeyedOrder(KEYS[name.split(":", 1)[1]]))
-    result = simulate(cluster.nodes, Scheduler(profile), jobs, SimOptions(seed=seed))
-    return name, load, seed, summarize(result.jobs, result.timeline).mean_bounded_slowdown
+        return swap(profile, name, Backfill, Backfill(BackfillArgs(early_ends=factor))), jobs
+    if name.startswith("clairvoyant:"):
+        order = KeyedOrder(KEYS[name.split(":", 1)[1]])
+        return swap(profile, name, ShortestJobFirst, order), exact_limits(jobs)
+    return profile, jobs
 
 
-def seed_sets(text: str) -> list[tuple[int, ...]]:
-    out = []
-    for part in text.split(","):
-        first, last = (int(x) for x in part.split("-"))
-        out.append(tuple(range(first, last + 1)))
-    return out
+def run_workload(task: tuple[float, int]) -> tuple[float, int, dict[str, float]]:
+    """Every row on one workload (sampled once): row -> mean bounded slowdown."""
+    load, seed = task
+    cluster = load_cluster("lab")
+    sample: list[TraceJob] = list(load_workload("lab", cluster, jobs=JOBS, load=load, seed=seed).jobs)
+    out: dict[str, float] = {}
+    for name in NAMES:
+        profile, jobs = configured(name, sample)
+        result = simulate(cluster.nodes, Scheduler(profile), jobs, SimOptions(seed=seed))
+        out[name] = summarize(result.jobs, result.timeline).mean_bounded_slowdown
+    return load, seed, out
+
+
+def plot(table: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
+    """How far ahead of sjf-backfill each row is, per load and seed set, beside the 10% asked."""
+    rows = [n for n in NAMES if n != "sjf-backfill"]
+    fig = Figure(figsize=(9.0, 5.0), layout="constrained")
+    ax = fig.add_subplot()
+    height = 0.8 / len(table)
+    for i, (cell, per) in enumerate(table.items()):
+        margins = [100 * per[n]["margin_vs_sjf_backfill"] for n in rows]
+        ax.barh([r + i * height for r in range(len(rows))], margins, height=height, label=cell)
+    ax.axvline(100 * MARGIN, color="black", linestyle="--", label="asked of the learned order")
+    ax.axvline(0, color="grey", linewidth=0.8)
+    ax.set_yticks([r + 0.4 - height / 2 for r in range(len(rows))], rows)
+    ax.invert_yaxis()
+    ax.set_xlabel("% less mean bounded slowdown than sjf-backfill (load, seeds)")
+    ax.set_title("Against sjf-backfill: early_ends (deployable), and schedulers told the true run times")
+    fig.legend(loc="outside lower center", ncols=3, fontsize=8)
+    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -145,27 +172,26 @@ def main() -> None:
     parser.add_argument("--seeds", default="10000-10004,10005-10009", help="seed sets, first-last,...")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    sets = seed_sets(args.seeds)
-    names = ["sjf-backfill", *EARLY_ENDS, "planning", *(f"clairvoyant:{k}" for k in KEYS)]
-    tasks = [(n, load, s) for load in LOADS for seeds in sets for s in seeds for n in names]
+    sets = [seed_range(part) for part in args.seeds.split(",")]
+    tasks = [(load, s) for load in LOADS for seeds in sets for s in seeds]
     started = time.perf_counter()
     bsld: dict[tuple[str, float, int], float] = {}
     with ProcessPoolExecutor(args.workers) as pool:
-        for i, (name, load, seed, value) in enumerate(pool.map(run_one, tasks), 1):
-            bsld[name, load, seed] = value
-            print(f"\r[{i:>4}/{len(tasks)}] {name} load {load} seed {seed:<30}", end="", flush=True)
+        for i, (load, seed, per) in enumerate(pool.map(run_workload, tasks), 1):
+            bsld.update({(name, load, seed): value for name, value in per.items()})
+            print(f"\r[{i:>3}/{len(tasks)}] load {load} seed {seed}", end="", flush=True)
     print()
     table: dict[str, dict[str, dict[str, float]]] = {}
     checks: dict[str, dict[str, object]] = {}
     for load in LOADS:
         for seeds in sets:
             label = f"{seeds[0]}-{seeds[-1]}"
-            means = {n: float(np.mean([bsld[n, load, s] for s in seeds])) for n in names}
+            means = {n: float(np.mean([bsld[n, load, s] for s in seeds])) for n in NAMES}
             base = means["sjf-backfill"]
             table[f"{load:g} {label}"] = {
                 n: {"bsld": v, "margin_vs_sjf_backfill": 1 - v / base} for n, v in means.items()
             }
-            best = min(names[1 + len(EARLY_ENDS) :], key=means.__getitem__)
+            best = min((n for n in NAMES if n.startswith("clairvoyant:")), key=means.__getitem__)
             margin = 1 - means[best] / base
             checks[f"headroom@{load:g} seeds {label}"] = {
                 "target": f"a clairvoyant row >= {MARGIN:.0%} below sjf-backfill (asked of learned)",
@@ -174,15 +200,13 @@ def main() -> None:
             }
     print(f"\nmean bounded slowdown, {JOBS} jobs of the lab workload; in brackets: ahead of sjf-backfill")
     print(f"{'':<28}" + "".join(f"{key:>22}" for key in table))
-    for n in names:
+    for n in NAMES:
         cells = "".join(
             f"{row[n]['bsld']:>12.3f} ({row[n]['margin_vs_sjf_backfill']:+6.1%})" for row in table.values()
         )
         print(f"{n:<28}{cells}")
-    print("\ntargets:")
-    for key, check in checks.items():
-        verdict = "PASS" if check["pass"] else "FAIL"
-        print(f"  {verdict}  {key}: {check['measured']}  (target: {check['target']})")
+    print_targets(checks)
+    plot(table, PLOT)
     result = {
         "benchmark": "clairvoyant_ceiling",
         "machine": {"python": platform.python_version(), "cpus": 2, "workers": args.workers},
@@ -191,8 +215,7 @@ def main() -> None:
         "table": table,
         "targets": checks,
     }
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    write_results(RESULTS, ROOT, result)
 
 
 if __name__ == "__main__":

@@ -18,30 +18,32 @@ yet acted on any job when FIFO has served them all.
 
     python benchmarks/fair_rule_sweep.py [--workers 2]
 
-Prints a table and writes benchmarks/results/fair_rule_sweep.json.
+Prints a table and writes benchmarks/results/fair_rule_sweep.json and .png.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import platform
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from loadmaster.config import load_cluster
 from loadmaster.rl.evaluate import FAIR_STARVATION_S, HEURISTICS, EvalRow, evaluate, learned_profile
 from loadmaster.scheduling import Profile, build_profile
+from results_io import print_targets, seed_range, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "fair_rule_sweep.json"
+PLOT = RESULTS.with_suffix(".png")
 LOADS = (0.9, 1.1)
-VALIDATION = ((20_000, 20_004), (10_005, 10_009))
-BENCHMARK = (10_000, 10_004)
+VALIDATION = ("20000-20004", "10005-10009")
+BENCHMARK = "10000-10004"
 THRESHOLDS_H = (6.0, 12.0, 24.0)
 EARLY_ENDS = (None, 2.0, 3.0)
 JOBS = 1024
@@ -66,6 +68,7 @@ def config_name(threshold_h: float, early_ends: float | None) -> str:
 CONFIGS: dict[str, tuple[float, float | None]] = {
     config_name(t, e): (t, e) for t in THRESHOLDS_H for e in EARLY_ENDS
 }
+NAMES = ("fifo", *CONFIGS)
 
 
 def profile(name: str) -> Profile:
@@ -76,14 +79,30 @@ def profile(name: str) -> Profile:
     return learned_profile(name, "lab-fair", threshold_h * 3600, early_ends=early_ends)
 
 
-def run_one(task: tuple[str, float, int]) -> EvalRow:
-    name, load, seed = task
-    (row,) = evaluate(load_cluster("lab"), {name: profile(name)}, loads=(load,), seeds=(seed,), jobs=JOBS)
-    return row
+def run_workload(task: tuple[float, int]) -> list[EvalRow]:
+    """FIFO and every rule on one workload (sampled once)."""
+    load, seed = task
+    profiles = {n: profile(n) for n in NAMES}
+    return evaluate(load_cluster("lab"), profiles, loads=(load,), seeds=(seed,), jobs=JOBS)
 
 
-def label(seeds: tuple[int, int]) -> str:
-    return f"{seeds[0]}-{seeds[1]}"
+def plot(cells: dict[str, dict[str, Cell]], path: Path) -> None:
+    """Each rule's largest wait as a share of FIFO's, per load and seed set (1 = FIFO's)."""
+    rules = list(CONFIGS)
+    fig = Figure(figsize=(9.0, 5.5), layout="constrained")
+    ax = fig.add_subplot()
+    height = 0.8 / len(cells)
+    for i, (key, cell) in enumerate(cells.items()):
+        shares = [cell[n].max_wait_h / cell["fifo"].max_wait_h for n in rules]
+        kind = "benchmark's seeds" if key.endswith(BENCHMARK) else "validation"
+        ax.barh([r + i * height for r in range(len(rules))], shares, height=height, label=f"{key} ({kind})")
+    ax.axvline(1.0, color="black", linestyle="--", label="FIFO's largest wait")
+    ax.set_yticks([r + 0.4 - height / 2 for r in range(len(rules))], rules)
+    ax.invert_yaxis()
+    ax.set_xlabel("mean largest wait / FIFO's (lower is better; the target is <= 1)")
+    ax.set_title("learned-fair's rule, swept (lab workload, 5 workloads per bar)")
+    fig.legend(loc="outside lower center", ncols=3, fontsize=7)
+    fig.savefig(path, dpi=110)
 
 
 def main() -> None:
@@ -92,25 +111,21 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    names = ["fifo", *CONFIGS]
     sets = [*VALIDATION, BENCHMARK]
-    tasks = [
-        (n, load, s) for load in LOADS for first, last in sets for s in range(first, last + 1) for n in names
-    ]
+    tasks = [(load, s) for load in LOADS for text in sets for s in seed_range(text)]
     started = time.perf_counter()
     rows: dict[tuple[str, float, int], EvalRow] = {}
     with ProcessPoolExecutor(args.workers) as pool:
-        for i, row in enumerate(pool.map(run_one, tasks), 1):
-            rows[row.profile, row.load, row.seed] = row
-            what = f"{row.profile} load {row.load} seed {row.seed}"
-            print(f"\r[{i:>4}/{len(tasks)}] {what:<50}", end="", flush=True)
+        for i, done in enumerate(pool.map(run_workload, tasks), 1):
+            rows.update({(r.profile, r.load, r.seed): r for r in done})
+            print(f"\r[{i:>3}/{len(tasks)}] load {done[0].load} seed {done[0].seed}", end="", flush=True)
     print()
     cells: dict[str, dict[str, Cell]] = {}
     for load in LOADS:
         for seeds in sets:
-            mine = {n: [rows[n, load, s] for s in range(seeds[0], seeds[1] + 1)] for n in names}
+            mine = {n: [rows[n, load, s] for s in seed_range(seeds)] for n in NAMES}
             fifo_wait = float(np.mean([r.max_wait_h for r in mine["fifo"]]))
-            cells[f"{load:g} {label(seeds)}"] = {
+            cells[f"{load:g} {seeds}"] = {
                 n: Cell(
                     bsld=float(np.mean([r.mean_bounded_slowdown for r in rs])),
                     max_wait_h=float(np.mean([r.max_wait_h for r in rs])),
@@ -119,7 +134,7 @@ def main() -> None:
                 )
                 for n, rs in mine.items()
             }
-    validation_cells = [f"{load:g} {label(s)}" for load in LOADS for s in VALIDATION]
+    validation_cells = [f"{load:g} {s}" for load in LOADS for s in VALIDATION]
     selected = [
         n
         for n in CONFIGS
@@ -127,7 +142,7 @@ def main() -> None:
     ]
     print(f"\nmean bounded slowdown / mean largest wait (h), {JOBS} lab jobs; * = within FIFO")
     print(f"{'':<26}" + "".join(f"{c:>22}" for c in cells))
-    for n in names:
+    for n in NAMES:
         line = "".join(
             f"{cell[n].bsld:>12.3f} /{cell[n].max_wait_h:>6.1f}{'*' if cell[n].within_fifo else ' '} "
             for cell in cells.values()
@@ -136,7 +151,7 @@ def main() -> None:
     print("FIFO's largest wait per workload (h):")
     for key, cell in cells.items():
         print(f"  {key}: {cell['fifo'].max_wait_h_per_seed}")
-    bench = [f"{load:g} {label(BENCHMARK)}" for load in LOADS]
+    bench = [f"{load:g} {BENCHMARK}" for load in LOADS]
     checks: dict[str, dict[str, object]] = {}
     for key in bench:
         fifo = cells[key]["fifo"].max_wait_h
@@ -149,25 +164,22 @@ def main() -> None:
                 else f"{m.max_wait_h:.1f} h vs FIFO {fifo:.1f} h",
                 "pass": m is not None and m.within_fifo,
             }
-    print(f"\nselected on validation seeds {', '.join(map(label, VALIDATION))}: {selected or 'none'}")
-    print("targets:")
-    for key, check in checks.items():
-        verdict = "PASS" if check["pass"] else "FAIL"
-        print(f"  {verdict}  {key}: {check['measured']}  (target: {check['target']})")
+    print(f"\nselected on validation seeds {', '.join(VALIDATION)}: {selected or 'none'}")
+    print_targets(checks)
+    plot(cells, PLOT)
     result = {
         "benchmark": "fair_rule_sweep",
         "machine": {"python": platform.python_version(), "cpus": 2, "workers": args.workers},
         "workload": {"name": "lab", "jobs": JOBS, "loads": list(LOADS)},
         "shipped": SHIPPED,
-        "validation_seeds": [label(s) for s in VALIDATION],
-        "benchmark_seeds": label(BENCHMARK),
+        "validation_seeds": list(VALIDATION),
+        "benchmark_seeds": BENCHMARK,
         "wall_s": round(time.perf_counter() - started, 1),
         "cells": {key: {n: dataclasses.asdict(m) for n, m in cell.items()} for key, cell in cells.items()},
         "selected": selected,
         "targets": checks,
     }
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    write_results(RESULTS, ROOT, result)
 
 
 if __name__ == "__main__":

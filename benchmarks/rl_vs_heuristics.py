@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import platform
 import time
 from pathlib import Path
@@ -70,6 +69,7 @@ from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
 from loadmaster.scheduling.policy_net import load_policy
 from loadmaster.validation.deepjs_learned import TEST_CHUNKS, compare_choosers, load_chooser
 from loadmaster.validation.rlscheduler import SEQUENCE_STARTS, compare_learned
+from results_io import print_targets, seed_range, write_results
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 SWF = SHARED / "swf" / "lublin_256.swf"
@@ -88,11 +88,6 @@ RESULTS = ROOT / "benchmarks" / "results" / "rl_vs_heuristics.json"
 LOADS = (0.7, 0.9, 1.1)
 MARGIN = 0.10
 CLAIRVOYANT = "sjf-clairvoyant-backfill"
-
-
-def seeds(text: str) -> tuple[int, ...]:
-    first, last = (int(x) for x in text.split("-"))
-    return tuple(range(first, last + 1))
 
 
 def targets(table: dict[float, dict[str, dict[str, float]]]) -> dict[str, dict[str, object]]:
@@ -209,11 +204,11 @@ def main() -> None:
     cluster = load_cluster("lab")
     profiles = comparison_profiles(learned_profiles("lab", "lab-fair"))
     profiles["sjf-oracle-backfill"] = oracle_profile(
-        profiles["sjf-backfill"], cluster, LOADS, seeds(args.seeds), args.jobs
+        profiles["sjf-backfill"], cluster, LOADS, seed_range(args.seeds), args.jobs
     )
     profiles[CLAIRVOYANT] = dataclasses.replace(profiles["sjf-backfill"], name=CLAIRVOYANT)
     started = time.perf_counter()
-    total = len(profiles) * len(LOADS) * len(seeds(args.seeds))
+    total = len(profiles) * len(LOADS) * len(seed_range(args.seeds))
     done = [0]
 
     def tick(what: str) -> None:
@@ -224,7 +219,7 @@ def main() -> None:
         cluster,
         profiles,
         loads=LOADS,
-        seeds=seeds(args.seeds),
+        seeds=seed_range(args.seeds),
         jobs=args.jobs,
         progress=tick,
         clairvoyant=(CLAIRVOYANT,),
@@ -262,10 +257,7 @@ def main() -> None:
             f"  load {at_text}: sjf-backfill {c['sjf-backfill']:.3f}, oracle order {oracle:.3f}"
             f" ({c['oracle_margin']:+.1%}), clairvoyant {clairvoyant:.3f} ({c['clairvoyant_margin']:+.1%})"
         )
-    print("\ntargets:")
-    for name, check in checks.items():
-        verdict = "PASS" if check["pass"] else "FAIL"
-        print(f"  {verdict}  {name}: {check['measured']}  (target: {check['target']})")
+    print_targets(checks)
     result = {
         "benchmark": "rl_vs_heuristics",
         "machine": {"python": platform.python_version(), "cpus": 2},
@@ -277,8 +269,7 @@ def main() -> None:
         "deepjs": deepjs,
         "targets": checks,
     }
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {RESULTS.relative_to(ROOT)}")
+    write_results(RESULTS, ROOT, result)
 
 
 if __name__ == "__main__":
