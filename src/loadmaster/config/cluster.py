@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from loadmaster.config.yamlfile import YamlDocument, find_document, validate
 from loadmaster.errors import ModelError
 from loadmaster.model import MigPoolConfig, Node, NodeTable, ResourceType
+from loadmaster.model.cuda import DriverVersion, driver_labels
 from loadmaster.model.mig import SMALLEST_FIT, MigModel, mig_model_for, parse_layout, profile_name
 
 
@@ -54,6 +55,9 @@ class NodeGroupSpec(_Strict):
     zone: str = "default"
     racks: int = Field(default=1, ge=1)
     labels: dict[str, str] = Field(default_factory=dict)
+    driver_version: str | None = Field(default=None, pattern=r"^\d+\.\d+(\.\d+)?$")
+    """NVIDIA driver of these nodes (``535.104.05``), written as GPU feature discovery's
+    ``nvidia.com/cuda.driver.*`` labels for the ``cuda-compat`` plugin; default: not declared."""
 
 
 class MigSpec(_Strict):
@@ -104,7 +108,7 @@ class Cluster:
     """The pools whose GPUs are in MIG mode."""
 
 
-BUILTIN_CLUSTERS = ("lab", "large")
+BUILTIN_CLUSTERS = ("lab", "large", "mixed-driver")
 """Cluster specs that ship with loadmaster, usable by name."""
 
 
@@ -177,6 +181,9 @@ def _expand(pool: str, group: NodeGroupSpec, rtype: ResourceType) -> list[Node]:
     cpu = group.cpu_milli if group.cpu_milli is not None else group.gpus * rtype.cpu_milli_per_gpu
     memory = group.memory_mib if group.memory_mib is not None else group.gpus * rtype.memory_mib_per_gpu
     per_rack = -(-group.count // group.racks)  # ceiling: fill racks in order, as racks are cabled
+    labels = dict(group.labels)
+    if group.driver_version is not None:
+        labels.update(driver_labels(DriverVersion.parse(group.driver_version)))
     return [
         Node(
             name=f"{group.name}-{i:03d}",
@@ -187,7 +194,7 @@ def _expand(pool: str, group: NodeGroupSpec, rtype: ResourceType) -> list[Node]:
             gpus=group.gpus,
             cpu_milli=cpu,
             memory_mib=memory,
-            labels=dict(group.labels),
+            labels=dict(labels),
         )
         for i in range(group.count)
     ]

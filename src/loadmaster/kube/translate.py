@@ -22,6 +22,8 @@ pod label ``loadmaster.io/group``          ``Job.group`` (default: the namespace
 pod label ``loadmaster.io/user``           ``Job.user`` (default: the namespace)
 ``spec.activeDeadlineSeconds``             ``Job.time_limit_s`` (default 24 h)
 annotation ``loadmaster.io/gpus``          the GPU indices a bound pod holds
+annotation ``loadmaster.io/cuda``          ``Job.cuda`` (else the container env ``CUDA_VERSION``)
+annotation ``loadmaster.io/cuda-compat``   ``Job.cuda_compat`` (``"true"``: image has cuda-compat)
 ========================================  =============================================
 """
 
@@ -35,6 +37,7 @@ from typing import Any
 
 from loadmaster.errors import LoadmasterError
 from loadmaster.model import MILLI_PER_GPU, Job, Node, ResourceType, TaskRequest
+from loadmaster.model.cuda import CudaVersion
 
 Obj = Mapping[str, Any]
 """A Kubernetes object as decoded JSON."""
@@ -51,6 +54,8 @@ QUEUE_LABEL = "loadmaster.io/queue"
 GROUP_LABEL = "loadmaster.io/group"
 USER_LABEL = "loadmaster.io/user"
 GPUS_ANNOTATION = "loadmaster.io/gpus"
+CUDA_ANNOTATION = "loadmaster.io/cuda"
+CUDA_COMPAT_ANNOTATION = "loadmaster.io/cuda-compat"
 POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 DEFAULT_TIME_LIMIT_S = 86_400.0
 """Run time assumed for a pod without ``activeDeadlineSeconds``: one day, a common lab limit."""
@@ -258,4 +263,22 @@ def job_from(job_id: str, pods: Sequence[Obj], pod_group: Obj | None, default_ti
         pool=selector.pop(POOL_LABEL, None),
         resource_type=selector.pop(TYPE_LABEL, None),
         node_selector=selector,
+        cuda=cuda_of(first),
+        cuda_compat=(meta.get("annotations") or {}).get(CUDA_COMPAT_ANNOTATION) == "true",
     )
+
+
+def cuda_of(pod: Obj) -> CudaVersion | None:
+    """The CUDA release a pod declares: annotation ``loadmaster.io/cuda``, else the env ``CUDA_VERSION``."""
+    text = (pod["metadata"].get("annotations") or {}).get(CUDA_ANNOTATION)
+    if text is None:
+        for container in pod.get("spec", {}).get("containers") or ():
+            for env in container.get("env") or ():
+                if env.get("name") == "CUDA_VERSION" and env.get("value"):
+                    text = env["value"]
+    if text is None:
+        return None
+    try:
+        return CudaVersion.parse(str(text))
+    except LoadmasterError as exc:
+        raise KubeError(f"pod {key_of(pod)}: {CUDA_ANNOTATION}: {exc}") from None

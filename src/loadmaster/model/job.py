@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from loadmaster.errors import ModelError
+from loadmaster.model.cuda import CudaVersion
 from loadmaster.model.mig import MigSlot
 from loadmaster.model.resources import MILLI_PER_GPU, TaskRequest
 
@@ -38,7 +39,10 @@ class Job:
     asked for; the real duration is not part of the job, because a scheduler
     never knows it: only the simulator does (see :class:`TraceJob`).
     ``pool`` and ``resource_type`` restrict where it may run (None: anywhere);
-    ``node_selector`` must match node labels exactly.
+    ``node_selector`` must match node labels exactly. ``cuda`` is the CUDA
+    release its image was built with (None: not declared), ``cuda_compat``
+    whether the image carries NVIDIA's cuda-compat package (see
+    :mod:`loadmaster.model.cuda`).
     """
 
     id: str
@@ -55,6 +59,8 @@ class Job:
     pool: str | None = None
     resource_type: str | None = None
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    cuda: CudaVersion | None = None
+    cuda_compat: bool = False
 
     def __post_init__(self) -> None:
         if self.tasks < 1:

@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from loadmaster.errors import ModelError
 from loadmaster.model import MILLI_PER_GPU, NodeTable, PendingJob, TaskPlacement, TaskRequest
+from loadmaster.model.cuda import requirement
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.framework import (
     BoolArray,
@@ -25,6 +26,9 @@ from loadmaster.scheduling.framework import (
     ScorePlugin,
 )
 from loadmaster.scheduling.status import SUCCESS, Status, unschedulable
+
+CUDA_FILTERED = "cuda-compat"
+"""``ctx.data`` key the cuda-compat filter sets in a cycle where it kept jobs off incompatible drivers."""
 
 
 def default_choose_node(
@@ -191,6 +195,8 @@ def _shortfall(
 ) -> str:
     job = pending.job
     why = fit.explain(ctx.state, job.request, allowed)
+    if job.cuda is not None and CUDA_FILTERED in ctx.data:  # say which drivers the counted nodes have
+        why = f"{why} (counting only nodes with {requirement(job.cuda, job.cuda_compat)} for CUDA {job.cuda})"
     done = len(pending.bound) + len(placed)
     if job.tasks == 1:
         return why

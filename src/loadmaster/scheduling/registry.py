@@ -9,6 +9,7 @@ from loadmaster.scheduling.plugins.admission import ADMISSION_PLUGINS
 from loadmaster.scheduling.plugins.backfill import Backfill
 from loadmaster.scheduling.plugins.baselines import BASELINE_PLUGINS
 from loadmaster.scheduling.plugins.binpack import BinPack
+from loadmaster.scheduling.plugins.cuda_compat import CudaCompat
 from loadmaster.scheduling.plugins.fifo import Fifo
 from loadmaster.scheduling.plugins.firstfit import FirstFit
 from loadmaster.scheduling.plugins.gang import Gang
@@ -35,6 +36,7 @@ PLUGINS: Mapping[str, type[Plugin]] = {
     "multi-queue": MultiQueue,
     "learned": Learned,
     "priority-preempt": PriorityPreempt,
+    "cuda-compat": CudaCompat,
 }
 """Plugin name -> class."""
 
