@@ -3,7 +3,8 @@
 It serves the few endpoints loadmaster uses, on ``127.0.0.1`` and a free
 port, with the semantics the scheduler relies on:
 
-* list and watch of nodes, pods, PodGroups, ConfigMaps, events and leases,
+* list and watch of nodes, pods, PodGroups, ConfigMaps, events, leases,
+  batch Jobs and Services (lists honour an equality ``labelSelector``),
   with a global ``resourceVersion``; a watch from a version older than the
   retained history gets an ``ERROR`` event with a 410 Gone status, as the
   real API server sends; watches asked with ``allowWatchBookmarks`` get a
@@ -52,6 +53,8 @@ _BUILTIN = {
     ("v1", "Binding"),
     ("policy/v1", "Eviction"),
     ("coordination.k8s.io/v1", "Lease"),
+    ("batch/v1", "Job"),
+    ("v1", "Service"),
 }
 _ROUTE = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
@@ -65,6 +68,8 @@ _KINDS = {
     "events": ("v1", "Event"),
     "leases": ("coordination.k8s.io/v1", "Lease"),
     "podgroups": ("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
+    "jobs": ("batch/v1", "Job"),
+    "services": ("v1", "Service"),
 }
 
 
@@ -149,6 +154,8 @@ class KubeApiDouble:
         """Every successful bind as (pod key, node), in order."""
         self.requests: dict[tuple[str, str], int] = {}
         """(RBAC verb, resource[/subresource]) -> how many requests: what a Role must allow."""
+        self.logs: dict[str, str] = {}
+        """Pod key -> what ``pods/<name>/log`` answers (a test writes it; there is no kubelet)."""
         self._conflicts = 0
         self._down_until = 0.0
         self._server: ThreadingHTTPServer | None = None
@@ -302,12 +309,17 @@ class KubeApiDouble:
         return self._write(resource, "MODIFIED", copy.deepcopy(body))
 
     # ------------------------------------------------------------ list/watch
-    def list_objects(self, resource: str, namespace: str | None) -> dict[str, Any]:
+    def list_objects(self, resource: str, namespace: str | None, selector: str = "") -> dict[str, Any]:
+        """A list filtered by namespace and a ``labelSelector`` (equalities, existence: ``a=b,c``)."""
         api_version, kind = _KINDS[resource]
+        wanted = dict(part.split("=", 1) for part in selector.split(",") if "=" in part)
+        present = [part for part in selector.split(",") if part and "=" not in part]
         items = [
             copy.deepcopy(o)
             for o in self.store[resource].values()
-            if namespace is None or o["metadata"].get("namespace") == namespace
+            if (namespace is None or o["metadata"].get("namespace") == namespace)
+            and all((o["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())
+            and all(k in (o["metadata"].get("labels") or {}) for k in present)
         ]
         return {
             "apiVersion": api_version,
@@ -387,10 +399,13 @@ class KubeApiDouble:
         self.record(_VERBS[method] if name is not None or method != "GET" else "list", resource, sub)
         key = f"{ns}/{name}" if ns else str(name)
         with self.lock:
+            if method == "GET" and sub == "log":
+                self._find(resource, key)
+                return 200, self.logs.get(key, "")
             if method == "GET":
-                return 200, self.list_objects(resource, ns) if name is None else copy.deepcopy(
-                    self._find(resource, key)
-                )
+                if name is None:
+                    return 200, self.list_objects(resource, ns, query.get("labelSelector", ""))
+                return 200, copy.deepcopy(self._find(resource, key))
             if method == "POST" and sub == "binding":
                 return 201, self.bind(str(ns), str(name), body)
             if method == "POST" and sub == "eviction":
@@ -421,9 +436,10 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: tests and benchmarks make thousands of requests."""
 
     def _answer(self, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
+        text = isinstance(body, str)  # a pod's log is plain text, as the kubelet sends it
+        data = body.encode() if text else json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain" if text else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
