@@ -12,6 +12,7 @@ from rich.table import Table
 
 from loadmaster import __version__
 from loadmaster.cli import diagnose as diagnose_commands
+from loadmaster.cli import jobs as job_commands
 from loadmaster.cli import kube as kube_commands
 from loadmaster.cli import mig as mig_commands
 from loadmaster.cli import rl as rl_commands
@@ -47,6 +48,7 @@ app.add_typer(kube_commands.app, name="kube")
 app.add_typer(rl_commands.app, name="rl")
 app.command(name="agent")(agent_command)
 app.command("serve")(serve_command)
+job_commands.register(app)  # submit, queue, jobs, status, cancel, logs (Kubernetes imported when run)
 
 DEFAULT_PROFILES = "kube-default,fifo,sds,nsml,slurm,fair"
 

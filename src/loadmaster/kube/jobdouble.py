@@ -46,7 +46,8 @@ class JobControllerDouble:
         for pod in pods:
             owner = _owner_uid(pod)
             if owner is not None and owner not in jobs:
-                self.api.delete("pods", f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+                with self.api.lock:  # the double's store methods expect its lock held, as its handler does
+                    self.api.delete("pods", f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
         created: list[str] = []
         for uid, job in jobs.items():
             mine = [p for p in pods if _owner_uid(p) == uid]

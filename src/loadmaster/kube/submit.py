@@ -26,9 +26,10 @@ variables, which ``torchrun`` reads as its arguments: a bare
 from __future__ import annotations
 
 import copy
+import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -188,7 +189,9 @@ def _resources(spec: JobSpec) -> dict[str, dict[str, str]]:
 
 
 def _env(spec: JobSpec, name: str) -> list[dict[str, Any]]:
-    index = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}}
+    def index() -> dict[str, Any]:  # a fresh dict each time: a shared one would print as a YAML anchor
+        return {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}}
+
     plain = {
         "MASTER_ADDR": f"{name}-0.{name}",
         "MASTER_PORT": str(spec.port),
@@ -198,12 +201,12 @@ def _env(spec: JobSpec, name: str) -> list[dict[str, Any]]:
         "LOADMASTER_JOB": name,
     }
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
-    env += [{"name": k, **index} for k in ("RANK", "NODE_RANK")]
+    env += [{"name": k, **index()} for k in ("RANK", "NODE_RANK")]
     torchrun = {"MASTER_ADDR": "MASTER_ADDR", "MASTER_PORT": "MASTER_PORT", "NNODES": "NNODES"}
     env += [{"name": f"PET_{k}", "value": plain[v]} for k, v in torchrun.items()]
     env += [
         {"name": "PET_NPROC_PER_NODE", "value": plain["NPROC_PER_NODE"]},
-        {"name": "PET_NODE_RANK", **index},
+        {"name": "PET_NODE_RANK", **index()},
     ]
     env += [{"name": k, "value": v} for k, v in spec.env.items()]
     return env
@@ -302,3 +305,69 @@ def _api_text(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         return f"{exc.status} {exc.reason}"
     return str(exc)
+
+
+def _mig_size(profile: str) -> tuple[int, float]:
+    """``1g.10gb`` -> (1, 10.0): compute slices first, then memory, for choosing the smallest."""
+    compute, _, memory = profile.partition(".")
+    try:
+        return int(compute.rstrip("g")), float(memory.rstrip("gb") or 0)
+    except ValueError:
+        return (1_000, 0.0)
+
+
+def smallest_mig(api: client.ApiClient, pool: str) -> str | None:
+    """The smallest MIG profile the pool's nodes advertise (``1g.10gb``), or None when it has no MIG
+    (or the caller may not list nodes: then the session asks for a whole GPU)."""
+    core, _, _ = _clients(api)
+    try:
+        nodes = core.list_node(
+            label_selector=f"{tr.POOL_LABEL}={pool}", **{"_request_timeout": REQUEST_TIMEOUT_S}
+        )
+    except ApiFailure:
+        return None
+    profiles = {
+        key.removeprefix(tr.MIG_PREFIX)
+        for node in nodes.items
+        for key, value in ((node.status.allocatable if node.status else None) or {}).items()
+        if key.startswith(tr.MIG_PREFIX) and tr.quantity(value, key) > 0
+    }
+    return min(profiles, key=_mig_size) if profiles else None
+
+
+def never_fits(api: client.ApiClient, submission: Submission) -> str:
+    """Why the job can never run on the cluster's nodes as they are (empty: it can, or nodes are hidden).
+
+    Runs the scheduler's own feasibility check (resource fit, pool and type,
+    and the cuda-compat filter) on the job as the scheduler will translate it.
+    """
+    from loadmaster.model import NodeTable  # noqa: PLC0415 - only this check needs the core
+    from loadmaster.scheduling import PluginSpec, Scheduler, build_profile  # noqa: PLC0415
+
+    core, _, _ = _clients(api)
+    try:
+        listed = core.list_node(_preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
+    except ApiFailure as exc:
+        submission.notes.append(f"not checked against the nodes ({_api_text(exc)})")
+        return ""
+    infos = [tr.node_from(obj) for obj in json.loads(listed.data)["items"]]
+    if not infos:
+        return "the cluster has no nodes"
+    nodes = [i.node for i in infos]
+    table = NodeTable.build(nodes, tr.resource_types(nodes))
+    template = submission.job["spec"]["template"]
+    pod = {
+        **template,
+        "metadata": {
+            **template["metadata"],
+            "name": f"{submission.name}-0",
+            "namespace": submission.namespace,
+        },
+    }
+    job = tr.job_from(
+        f"{submission.namespace}/{submission.name}", [pod], submission.pod_group, tr.DEFAULT_TIME_LIMIT_S
+    )
+    job = replace(job, tasks=int(submission.pod_group["spec"]["minMember"]), min_available=0)
+    plugins = [PluginSpec(name, {}) for name in ("fifo", "gang", "first-fit", "cuda-compat")]
+    verdict = Scheduler(build_profile("submit-check", ["allocate"], plugins)).feasible(job, table)
+    return "" if verdict.ok else verdict.reason

@@ -1,0 +1,291 @@
+"""`loadmaster submit | queue | jobs | status | cancel | logs` on the API double, with the official client.
+
+The Job controller is the double of :mod:`loadmaster.kube.jobdouble` (no
+controller-manager runs here); scheduling is ``KubeCluster``, the same loop
+``loadmaster kube run`` runs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from kube.helpers import a_node
+from loadmaster.cli import app
+from loadmaster.config import load_profiles
+from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.cluster import KubeCluster
+from loadmaster.kube.jobdouble import JobControllerDouble
+from loadmaster.kube.testing import KubeApiDouble
+from loadmaster.model.cuda import DriverVersion, driver_labels
+from loadmaster.scheduling import PluginSpec, Scheduler, build_profile
+
+runner = CliRunner()
+JOB = "train"
+KEY = f"team-a/{JOB}"
+
+
+@pytest.fixture
+def kubeconfig(api: KubeApiDouble, tmp_path: Path) -> Path:
+    path = tmp_path / "kubeconfig"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "double", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
+        "users": [{"name": "me", "user": {}}],
+        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "me"}}],
+        "current-context": "double",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def as_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kubeconfig: Path, user: str) -> None:
+    """Who runs the next commands: an identity file, as docs/researchers.md tells a user to write."""
+    path = tmp_path / f"{user}.yaml"
+    path.write_text(
+        f"user: {user}\ngroup: team-a\nkubeconfig: {kubeconfig}\ndashboard: http://dash.example\n"
+    )
+    monkeypatch.setenv("LOADMASTER_CONFIG", str(path))
+
+
+@pytest.fixture
+def alice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kubeconfig: Path) -> None:
+    as_user(monkeypatch, tmp_path, kubeconfig, "alice")
+
+
+def invoke(*args: str, code: int = 0) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == code, result.output + repr(result.exception)
+    return result.output
+
+
+def scheduler(api: KubeApiDouble, plugins: tuple[str, ...] = ()) -> KubeCluster:
+    client = api_client(host=api.url)  # type: ignore[attr-defined]
+    chosen = (
+        build_profile("t", ["allocate", "backfill"], [PluginSpec(p, {}) for p in plugins])
+        if plugins
+        else load_profiles()["fifo"]
+    )
+    lease = LeaderElector(client, "s", clock=api.clock)
+    return KubeCluster(client, Scheduler(chosen), "s", lease=lease, clock=api.clock)
+
+
+def step(api: KubeApiDouble, plugins: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Run the Job controller, then one scheduling cycle; the binds it made."""
+    JobControllerDouble(api).reconcile()
+    cluster = scheduler(api, plugins)
+    cluster.list_now()
+    return cluster.step().bound
+
+
+def ours(api: KubeApiDouble, resource: str) -> list[str]:
+    return sorted(
+        o["metadata"]["name"]
+        for o in api.objects(resource)
+        if (o["metadata"].get("labels") or {}).get("loadmaster.io/job") == JOB
+    )
+
+
+def submit_gang(tasks: int = 4, gpus: int = 4, *extra: str) -> str:
+    return invoke(
+        "submit", "--name", JOB, "-n", str(tasks), "--gpus-per-task", str(gpus), "--image", "pytorch:2.3",
+        "-t", "2:00:00", *extra, "--", "torchrun", "train.py",
+    )  # fmt: skip
+
+
+def test_submit_creates_exactly_the_documented_objects(api: KubeApiDouble, alice: None) -> None:
+    for i in range(2):
+        api.create("nodes", a_node(f"n{i}"))
+    out = submit_gang(2, 8, "-e", "WANDB_MODE=offline")
+    assert f"Submitted {KEY}: 2 task(s) x 8 GPU(s)" in out
+    assert {r: ours(api, r) for r in ("podgroups", "services", "jobs", "pods")} == {
+        "podgroups": [JOB], "services": [JOB], "jobs": [JOB], "pods": [],
+    }  # fmt: skip
+    assert api.invalid == []
+    group = api.get("podgroups", KEY)
+    service = api.get("services", KEY)
+    job = api.get("jobs", KEY)
+    assert group is not None and service is not None and job is not None
+    assert group["spec"] == {"minMember": 2}
+    assert group["metadata"]["labels"] == {
+        "loadmaster.io/job": JOB, "loadmaster.io/user": "alice", "loadmaster.io/group": "team-a",
+        "loadmaster.io/queue": "default",
+    }  # fmt: skip
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["selector"] == {
+        "loadmaster.io/job": JOB
+    }
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    pod = spec["template"]["spec"]
+    assert pod["schedulerName"] == "loadmaster" and pod["subdomain"] == JOB
+    assert pod["activeDeadlineSeconds"] == 7200
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in pod["containers"][0]["env"]}
+    assert env["MASTER_ADDR"] == "train-0.train" and env["MASTER_PORT"] == "29500"
+    assert env["WORLD_SIZE"] == "2" and env["PET_NNODES"] == "2" and env["PET_NPROC_PER_NODE"] == "8"
+    index = {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    assert env["RANK"] == env["NODE_RANK"] == env["PET_NODE_RANK"] == index
+    assert env["WANDB_MODE"] == "offline"
+    assert pod["containers"][0]["command"] == ["torchrun", "train.py"]
+    assert spec["template"]["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == JOB
+
+
+def test_a_four_task_gang_is_scheduled_as_one_and_lost_pods_come_back(
+    api: KubeApiDouble, alice: None
+) -> None:
+    for i in range(2):
+        api.create("nodes", a_node(f"n{i}"))
+    submit_gang(4, 4)
+    cluster = scheduler(api)
+    cluster.list_now()
+    assert cluster.step().bound == []  # no pods before the Job controller makes them
+    bound = step(api)
+    assert len(bound) == 4 and {n for _, n in bound} == {"n0", "n1"}
+    pods = api.objects("pods")
+    assert sorted(p["spec"]["hostname"] for p in pods) == [f"train-{i}" for i in range(4)]
+    status = json.loads(invoke("status", JOB, "--json"))
+    assert status["state"] == "running" and status["gpus"] == 16 and status["position"] is None
+    assert sorted(t["rank"] for t in status["task_views"]) == [0, 1, 2, 3]
+    assert all(t["node"] and len(t["gpus"].split(",")) == 4 for t in status["task_views"])
+    # A pod lost (a node drained, a gang rolled back) is recreated by the Job controller for its index.
+    lost = next(
+        p for p in pods if p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] == "2"
+    )
+    with api.lock:
+        api.delete("pods", f"team-a/{lost['metadata']['name']}")
+    created = JobControllerDouble(api).reconcile()
+    assert len(created) == 1 and created[0].startswith("team-a/train-2-")
+    assert api.invalid == []
+
+
+def test_cancel_removes_everything_it_created(api: KubeApiDouble, alice: None) -> None:
+    api.create("nodes", a_node("n0"))
+    submit_gang(2, 4)
+    step(api)
+    assert len(ours(api, "pods")) == 2
+    out = invoke("cancel", JOB)
+    assert "deleted Job train, Service train, PodGroup train, Pod train-0-" in out
+    assert all(ours(api, r) == [] for r in ("podgroups", "services", "jobs", "pods"))
+    JobControllerDouble(api).reconcile()  # nothing comes back: the Job is gone
+    assert ours(api, "pods") == []
+
+
+def test_another_user_can_neither_read_nor_cancel_the_job(
+    api: KubeApiDouble, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kubeconfig: Path
+) -> None:
+    api.create("nodes", a_node("n0"))
+    as_user(monkeypatch, tmp_path, kubeconfig, "alice")
+    submit_gang(2, 4)  # runs
+    invoke(
+        "submit", "--name", "xl", "--gpus-per-task", "8", "--image", "x", "--", "b"
+    )  # waits (same second: ids order)
+    step(api)
+    as_user(monkeypatch, tmp_path, kubeconfig, "bob")
+    for command in (("status", JOB), ("cancel", JOB), ("logs", JOB)):
+        result = runner.invoke(app, list(command))
+        assert result.exit_code != 0
+        assert "belongs to another user" in str(result.exception), command
+    assert ours(api, "jobs") == [JOB] and len(ours(api, "pods")) == 2
+    assert len(api.bindings) == 2
+    queue = json.loads(invoke("queue", "--json"))
+    assert [(j["id"], j["user"], j["reason"]) for j in queue["jobs"]] == [("(other)", "(other)", "")]
+    assert json.loads(invoke("queue", "--me", "--json"))["jobs"] == []
+    assert json.loads(invoke("jobs", "--json"))["jobs"] == []
+
+
+def test_submit_refuses_what_can_never_run_and_creates_nothing(api: KubeApiDouble, alice: None) -> None:
+    old = a_node("old")
+    old["metadata"]["labels"].update(driver_labels(DriverVersion.parse("470.82.01")))
+    api.create("nodes", old)
+    result = runner.invoke(app, ["submit", "--image", "x", "--cuda", "13.0", "--", "python", "a.py"])
+    assert result.exit_code != 0
+    assert "cannot run on any node" in str(result.exception)
+    assert "CUDA 13.0" in str(result.exception) and "580.65.06" in str(result.exception)
+    assert api.objects("jobs") == [] and api.objects("podgroups") == [] and api.objects("services") == []
+    big = runner.invoke(app, ["submit", "--image", "x", "--gpus-per-task", "16", "--", "python", "a.py"])
+    assert big.exit_code != 0 and "gpu: want 16" in str(big.exception)
+
+
+def test_queue_shows_place_reason_and_the_reserved_start(api: KubeApiDouble, alice: None) -> None:
+    api.create("nodes", a_node("n0"))
+    invoke("submit", "--name", "first", "--gpus-per-task", "8", "--image", "x", "-t", "60", "--", "a")
+    invoke("submit", "--name", "second", "--gpus-per-task", "8", "--image", "x", "--", "b")
+    invoke("submit", "--name", "third", "-p", "small", "--gpus-per-task", "8", "--image", "x", "--", "c")
+    step(api, ("fifo", "gang", "first-fit", "backfill"))
+    step(api, ("fifo", "gang", "first-fit", "backfill"))
+    queue = json.loads(invoke("queue", "--json"))
+    rows = {j["name"]: j for j in queue["jobs"]}
+    assert set(rows) == {"second", "third"}
+    assert (rows["second"]["queue"], rows["second"]["position"]) == ("default", 1)
+    assert (rows["third"]["queue"], rows["third"]["position"]) == ("small", 1)
+    assert rows["second"]["estimated_start_s"] == 1_700_000_000 + 3600
+    assert "reserved from" in rows["second"]["reason"]
+    table = invoke("queue")
+    assert "second" in table and "reserved from" in table
+    text = invoke("status", "second")
+    assert "waits: #1 in queue default" in text and "estimated start: " in text
+    assert "dashboard: http://dash.example/" in text
+
+
+def test_logs_of_a_rank(api: KubeApiDouble, alice: None) -> None:
+    api.create("nodes", a_node("n0"))
+    submit_gang(2, 4)
+    step(api)
+    for pod in api.objects("pods"):
+        rank = pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        api.logs[f"team-a/{pod['metadata']['name']}"] = f"hello from rank {rank}\n"
+    assert invoke("logs", JOB, "--rank", "1") == "hello from rank 1\n"
+    assert invoke("logs", JOB) == "hello from rank 0\n"
+    result = runner.invoke(app, ["logs", JOB, "--rank", "5"])
+    assert result.exit_code != 0 and "no pod of rank 5" in str(result.exception)
+
+
+def test_an_interactive_session_takes_a_mig_slice_in_the_interactive_pool(
+    api: KubeApiDouble, alice: None
+) -> None:
+    node = a_node("i0", gpus=0, pool="interactive")
+    for resources in (node["status"]["allocatable"], node["status"]["capacity"]):
+        resources.update({"nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-1g.10gb": "7"})
+    api.create("nodes", node)
+    out = invoke("submit", "--interactive", "--name", "nb")
+    job = api.get("jobs", "team-a/nb")
+    assert job is not None
+    template = job["spec"]["template"]
+    resources = template["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+    assert template["spec"]["nodeSelector"] == {"loadmaster.io/pool": "interactive"}
+    assert template["spec"]["activeDeadlineSeconds"] == 4 * 3600
+    assert template["metadata"]["labels"]["loadmaster.io/interactive"] == "true"
+    assert template["metadata"]["annotations"]["loadmaster.io/reclaim"] == "first"
+    assert "port-forward" in out and "8888:8888" in out and "MIG slice 1g.10gb" in out
+    step(api)
+    status = json.loads(invoke("status", "nb", "--json"))
+    assert status["interactive"] and status["state"] == "pending" and status["reason"]
+
+
+def test_dry_run_prints_valid_manifests_and_needs_no_cluster(alice: None) -> None:
+    out = invoke(
+        "submit", "--dry-run", "-n", "2", "--image", "nvidia/cuda:12.4.1-runtime", "--", "python", "a.py"
+    )
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert [d["kind"] for d in docs] == ["PodGroup", "Service", "Job"]
+    assert docs[2]["spec"]["template"]["metadata"]["annotations"] == {"loadmaster.io/cuda": "12.4"}
+    assert "&id" not in out  # no YAML anchors: kubectl users read these
+
+
+def test_job_file_errors_name_file_line_and_field(alice: None, tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("tasks: 2\nimage: x\ngpus_per_task: 2\nqueue: Big_Queue\n")
+    result = runner.invoke(app, ["submit", str(path), "--dry-run"])
+    assert result.exit_code != 0
+    assert f"{path}:4: queue:" in str(result.exception)
+    path.write_text("tasks: 2\nimage: x\ngpu: 2\n")
+    result = runner.invoke(app, ["submit", str(path), "--dry-run"])
+    assert f"{path}:3: gpu: unknown field; allowed: name, tasks, gpus_per_task" in str(result.exception)
+    path.write_text("tasks: 2\nimage: x\ncommand: [python, train.py]\n")
+    out = invoke("submit", str(path), "--dry-run", "-n", "3")
+    assert next(d for d in yaml.safe_load_all(out) if d)["spec"] == {"minMember": 3}
