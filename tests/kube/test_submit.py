@@ -289,3 +289,33 @@ def test_job_file_errors_name_file_line_and_field(alice: None, tmp_path: Path) -
     path.write_text("tasks: 2\nimage: x\ncommand: [python, train.py]\n")
     out = invoke("submit", str(path), "--dry-run", "-n", "3")
     assert next(d for d in yaml.safe_load_all(out) if d)["spec"] == {"minMember": 3}
+
+
+GROUPS = {"pods": "", "services": "", "nodes": "", "jobs": "batch", "podgroups": "scheduling.x-k8s.io"}
+
+
+def researcher_rules() -> set[tuple[str, str, str]]:
+    docs = yaml.safe_load_all(
+        (Path(__file__).resolve().parents[2] / "deploy" / "rbac-researcher.yaml").read_text()
+    )
+    return {
+        (group, resource, verb)
+        for doc in docs
+        if doc["kind"] == "ClusterRole"
+        for rule in doc["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_the_researcher_roles_allow_exactly_what_the_commands_call(api: KubeApiDouble, alice: None) -> None:
+    api.create("nodes", a_node("n0"))
+    submit_gang(2, 4)
+    JobControllerDouble(api).reconcile()
+    api.requests.clear()  # from here on, only the researcher's commands
+    invoke("submit", "--name", "other", "--image", "x", "--", "a")
+    for command in (("queue",), ("jobs",), ("status", JOB), ("logs", JOB), ("cancel", JOB)):
+        invoke(*command)
+    called = {(GROUPS[r.split("/")[0]], r, verb) for verb, r in api.requests}
+    assert called == researcher_rules()
