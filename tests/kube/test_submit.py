@@ -67,7 +67,11 @@ def invoke(*args: str, code: int = 0) -> str:
 def scheduler(api: KubeApiDouble, plugins: tuple[str, ...] = ()) -> KubeCluster:
     client = api_client(host=api.url)  # type: ignore[attr-defined]
     chosen = (
-        build_profile("t", ["allocate", "backfill"], [PluginSpec(p, {}) for p in plugins])
+        build_profile(
+            "t",
+            ["allocate", "backfill"] if "backfill" in plugins else ["allocate"],
+            [PluginSpec(p, {}) for p in plugins],
+        )
         if plugins
         else load_profiles()["fifo"]
     )
@@ -319,3 +323,22 @@ def test_the_researcher_roles_allow_exactly_what_the_commands_call(api: KubeApiD
         invoke(*command)
     called = {(GROUPS[r.split("/")[0]], r, verb) for verb, r in api.requests}
     assert called == researcher_rules()
+
+
+def test_kubecluster_keeps_a_cuda_job_off_old_drivers(api: KubeApiDouble, alice: None) -> None:
+    for name, driver in (("a-old", "470.82.01"), ("b-new", "550.54.15")):
+        node = a_node(name)
+        node["metadata"]["labels"].update(driver_labels(DriverVersion.parse(driver)))
+        api.create("nodes", node)
+    invoke(
+        "submit", "--name", "cu124", "--gpus-per-task", "8", "--image", "nvidia/cuda:12.4.1-base", "--", "a"
+    )
+    invoke("submit", "--name", "cu118", "--gpus-per-task", "8", "--cuda", "11.8", "--image", "x", "--", "b")
+    invoke("submit", "--name", "cu124b", "--gpus-per-task", "8", "--cuda", "12.4", "--image", "x", "--", "c")
+    bound = dict(
+        (key.split("/")[1].rsplit("-", 2)[0], node)
+        for key, node in step(api, ("fifo", "gang", "cuda-compat", "first-fit"))
+    )
+    assert bound == {"cu118": "a-old", "cu124": "b-new"}
+    waiting = json.loads(invoke("status", "cu124b", "--json"))
+    assert "driver >= 525.60.13 for CUDA 12.4" in waiting["reason"]
