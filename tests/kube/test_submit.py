@@ -244,6 +244,7 @@ def test_logs_of_a_rank(api: KubeApiDouble, alice: None) -> None:
         api.logs[f"team-a/{pod['metadata']['name']}"] = f"hello from rank {rank}\n"
     assert invoke("logs", JOB, "--rank", "1") == "hello from rank 1\n"
     assert invoke("logs", JOB) == "hello from rank 0\n"
+    assert invoke("logs", JOB, "--follow") == "hello from rank 0\n"  # the stream ends when the pod's log does
     result = runner.invoke(app, ["logs", JOB, "--rank", "5"])
     assert result.exit_code != 0 and "no pod of rank 5" in str(result.exception)
 
@@ -342,3 +343,34 @@ def test_kubecluster_keeps_a_cuda_job_off_old_drivers(api: KubeApiDouble, alice:
     assert bound == {"cu118": "a-old", "cu124": "b-new"}
     waiting = json.loads(invoke("status", "cu124b", "--json"))
     assert "driver >= 525.60.13 for CUDA 12.4" in waiting["reason"]
+
+
+def test_a_name_clash_is_refused_and_leaves_the_first_job_alone(api: KubeApiDouble, alice: None) -> None:
+    api.create("nodes", a_node("n0"))
+    submit_gang(1, 4)
+    result = runner.invoke(app, ["submit", "--name", JOB, "--image", "y", "--", "b"])
+    assert result.exit_code != 0
+    assert "could not create PodGroup team-a/train: 409" in str(result.exception)
+    assert "choose another --name" in str(result.exception)
+    assert {r: ours(api, r) for r in ("podgroups", "services", "jobs")} == {
+        "podgroups": [JOB],
+        "services": [JOB],
+        "jobs": [JOB],
+    }
+    job = api.get("jobs", KEY)
+    assert job is not None and job["spec"]["template"]["spec"]["containers"][0]["image"] == "pytorch:2.3"
+
+
+def test_a_failed_submission_undoes_only_what_it_created(api: KubeApiDouble, alice: None) -> None:
+    api.create("nodes", a_node("n0"))
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": JOB},
+        "spec": {"clusterIP": "None"},
+    }
+    api.create("services", service, namespace="team-a")  # someone else's Service of that name
+    result = runner.invoke(app, ["submit", "--name", JOB, "--image", "y", "--", "b"])
+    assert "could not create Service team-a/train: 409" in str(result.exception)
+    assert api.objects("podgroups") == [] and api.objects("jobs") == []
+    assert api.get("services", KEY) is not None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,8 @@ from kubernetes.client.exceptions import ApiException
 from loadmaster.config.jobspec import Identity, JobSpec
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import PODGROUP_API, REQUEST_TIMEOUT_S, ApiFailure
+
+log = logging.getLogger(__name__)
 
 JOB_LABEL = "loadmaster.io/job"
 INTERACTIVE_LABEL = "loadmaster.io/interactive"
@@ -249,12 +252,39 @@ def create(api: client.ApiClient, submission: Submission) -> None:
         ("Service", partial(core.create_namespaced_service, ns, submission.service, **timeout)),
         ("Job", partial(batch.create_namespaced_job, ns, submission.job, **timeout)),
     ]
+    deletes = {
+        "PodGroup": partial(
+            custom.delete_namespaced_custom_object, group, version, ns, plural, submission.name
+        ),
+        "Service": partial(core.delete_namespaced_service, submission.name, ns),
+    }
+    created: list[str] = []
     for kind, step in steps:
         try:
             step()
         except ApiFailure as exc:
-            delete_all(api, ns, submission.name)
-            raise SubmitError(f"could not create {kind} {ns}/{submission.name}: {_api_text(exc)}") from None
+            for done in reversed(
+                created
+            ):  # only what this call made: a name clash must not delete the other job
+                _delete_quietly(deletes[done], f"{done} {ns}/{submission.name}")
+            taken = " (a job of that name exists: choose another --name)" if _status(exc) == 409 else ""
+            raise SubmitError(
+                f"could not create {kind} {ns}/{submission.name}: {_api_text(exc)}{taken}"
+            ) from None
+        created.append(kind)
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def _delete_quietly(call: Callable[..., object], what: str) -> None:
+    """Undo a creation; a failure is logged, as the submission's own error is the one to report."""
+    try:
+        call(_request_timeout=REQUEST_TIMEOUT_S)
+    except ApiFailure as exc:
+        log.warning("could not delete %s while undoing a failed submission: %s", what, _api_text(exc))
 
 
 def delete_all(api: client.ApiClient, namespace: str, name: str) -> list[str]:
