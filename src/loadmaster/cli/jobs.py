@@ -65,11 +65,9 @@ def submit(  # noqa: PLR0917 - typer maps each option to a parameter
         list[str] | None, typer.Argument(help="[JOB_FILE.yaml] [-- COMMAND ARGS...]", show_default=False)
     ] = None,
     tasks: Annotated[
-        int | None, typer.Option("--tasks", "-n", "--ntasks", help="Tasks (pods), one per node")
+        int | None, typer.Option("--tasks", "-n", "--ntasks", help="Tasks (pods): torchrun's nodes")
     ] = None,
-    nodes: Annotated[
-        int | None, typer.Option("--nodes", "-N", help="Same as --tasks: one task per node")
-    ] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", "-N", help="Same as --tasks")] = None,
     gpus_per_task: Annotated[int | None, typer.Option(help="GPUs per task")] = None,
     cpus_per_task: Annotated[str | None, typer.Option(help="CPU per task (Kubernetes quantity)")] = None,
     mem_per_task: Annotated[str | None, typer.Option(help="Memory per task (e.g. 64Gi)")] = None,
@@ -126,7 +124,9 @@ def submit(  # noqa: PLR0917 - typer maps each option to a parameter
     given = {k: v for k, v in fields.items() if v is not None}
     if tasks and nodes and tasks != nodes:
         raise ConfigError(
-            "command line", "--nodes", f"{nodes} differs from --tasks {tasks}; one task runs per node"
+            "command line",
+            "--nodes",
+            f"{nodes} differs from --tasks {tasks}; a task is a node of the job, give one of them",
         )
     who = load_identity()
     if interactive:
