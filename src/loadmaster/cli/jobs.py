@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -229,6 +230,11 @@ def _when(epoch_s: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(epoch_s))
 
 
+def _readable(reason: str) -> str:
+    """The reason with the scheduler's epoch times (``t=1700003600s``) as local times, for people."""
+    return re.sub(r"\bt=(\d+(?:\.\d+)?)s\b", lambda m: _when(float(m[1])), reason)
+
+
 def _wait(view: JobView, now: float) -> str:
     minutes = max(now - view.submitted_s, 0) / 60
     return f"{minutes:.0f}m" if minutes < 120 else f"{minutes / 60:.1f}h"
@@ -260,7 +266,7 @@ def queue(
             view.user,
             str(view.gpus),
             _wait(view, now),
-            view.reason,
+            _readable(view.reason),
             _when(view.estimated_start_s),
         )
     console.print(table)
@@ -309,7 +315,9 @@ def status(
         f"[bold]{view.id}[/]  {view.state}  queue {view.queue}  {view.tasks} x {view.gpus_per_task} GPU"
     )
     if view.position is not None:
-        console.print(f"  waits: #{view.position} in queue {view.queue}: {view.reason}", markup=False)
+        console.print(
+            f"  waits: #{view.position} in queue {view.queue}: {_readable(view.reason)}", markup=False
+        )
         unknown = "" if view.estimated_start_s else " (no reservation holds GPUs for it yet)"
         console.print(f"  estimated start: {_when(view.estimated_start_s)}{unknown}")
     if view.cuda:
