@@ -37,6 +37,8 @@ from loadmaster.model.cuda import CudaVersion
 
 NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 """A DNS-1123 label: what Kubernetes allows as a Job, Service and namespace name."""
+JOB_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+"""A DNS-1035 label: a Service's name must also start with a letter."""
 MAX_NAME = 40
 """Longest job name: pods are named ``<job>-<index>-<5 random>`` and hostnames ``<job>-<index>``,
 which must stay within the 63 characters of a DNS label."""
@@ -79,7 +81,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str | None = Field(default=None, pattern=NAME, max_length=MAX_NAME)
+    name: str | None = Field(default=None, pattern=JOB_NAME, max_length=MAX_NAME)
     tasks: int = Field(default=1, ge=1, le=1024)
     gpus_per_task: int = Field(default=1, ge=0, le=64)
     cpu_per_task: str | None = None

@@ -84,7 +84,10 @@ def job_name(spec: JobSpec, who: Identity, token: str | None = None) -> str:
         return spec.name
     word = (spec.command[0].rsplit("/", 1)[-1] if spec.command else "job").lower()
     word = "".join(c if c.isalnum() else "-" for c in word).strip("-") or "job"
-    return f"{who.user}-{word}"[:30].rstrip("-") + f"-{token or secrets.token_hex(2)}"
+    stem = (
+        f"{who.user}-{word}" if who.user[0].isalpha() else f"j-{who.user}-{word}"
+    )  # Services start with a letter
+    return stem[:30].rstrip("-") + f"-{token or secrets.token_hex(2)}"
 
 
 def labels_of(name: str, spec: JobSpec, who: Identity) -> dict[str, str]:
@@ -205,12 +208,9 @@ def _env(spec: JobSpec, name: str) -> list[dict[str, Any]]:
     }
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in plain.items()]
     env += [{"name": k, **index()} for k in ("RANK", "NODE_RANK")]
-    torchrun = {"MASTER_ADDR": "MASTER_ADDR", "MASTER_PORT": "MASTER_PORT", "NNODES": "NNODES"}
-    env += [{"name": f"PET_{k}", "value": plain[v]} for k, v in torchrun.items()]
-    env += [
-        {"name": "PET_NPROC_PER_NODE", "value": plain["NPROC_PER_NODE"]},
-        {"name": "PET_NODE_RANK", **index()},
-    ]
+    torchrun = ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE")  # read as PET_<ARGUMENT>
+    env += [{"name": f"PET_{k}", "value": plain[k]} for k in torchrun]
+    env += [{"name": "PET_NODE_RANK", **index()}]
     env += [{"name": k, "value": v} for k, v in spec.env.items()]
     return env
 
