@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -302,14 +303,18 @@ def jobs(as_json: AsJson = False, kubeconfig: Kubeconfig = None) -> None:
 def status(
     job: Annotated[str, typer.Argument(help="Job name (or NAMESPACE/NAME)")],
     as_json: AsJson = False,
+    prometheus: Annotated[
+        str | None, typer.Option(help="Prometheus scraping dcgm-exporter (default: the identity file's)")
+    ] = None,
     kubeconfig: Kubeconfig = None,
 ) -> None:
-    """One job: state, why it waits and until when, its tasks and GPUs, and where to look next."""
+    """One job: state, why it waits and until when, its tasks and GPUs, their use, and where to look next."""
     reader, who = _jobs(kubeconfig)
     view = reader.get(job)
     link = f"{who.dashboard.rstrip('/')}/ (job {view.id})" if who.dashboard else None
+    usage, note = _usage(view, prometheus or who.prometheus)
     if as_json:
-        print(json.dumps({**view.to_json(), "dashboard": link}))
+        print(json.dumps({**view.to_json(), "dashboard": link, "usage": usage, "usage_note": note}))
         return
     console.print(
         f"[bold]{view.id}[/]  {view.state}  queue {view.queue}  {view.tasks} x {view.gpus_per_task} GPU"
@@ -325,9 +330,43 @@ def status(
     for task in view.task_views:
         where = f"{task.node} GPUs {task.gpus or '-'}" if task.node else "not placed"
         console.print(f"  rank {task.rank}: {task.pod} {task.phase} {where}", markup=False)
+    if usage is not None:
+        console.print(
+            f"  GPU utilisation: {usage['mean_util_pct']:.0f}% on average over its run, "
+            f"{usage['latest_util_pct']:.0f}% now, on {usage['gpus']} GPU(s)",
+            markup=False,
+        )
+        if usage["idle_gpus"]:
+            console.print(f"  idle GPUs: {', '.join(usage['idle_gpus'])}", markup=False)
+        for finding in usage["findings"]:
+            console.print(f"  finding: {finding}", markup=False)
+        if usage["diagnostics_note"]:
+            console.print(f"  {usage['diagnostics_note']}", markup=False)
+    elif note:
+        console.print(f"  {note}", markup=False)
     if link:
         console.print(f"  dashboard: {link}", markup=False)
     console.print(f"  logs: loadmaster logs {view.name} [--rank N] [--follow]", markup=False)
+
+
+def _usage(view: JobView, prometheus: str | None) -> tuple[dict[str, Any] | None, str]:
+    """The job's GPU use and findings from Prometheus, or why there are none."""
+    if view.state not in {"running", "starting"}:
+        return None, ""
+    if prometheus is None:
+        return None, "GPU use: set prometheus in the identity file (or --prometheus) to see it"
+    from loadmaster.errors import TelemetryError  # noqa: PLC0415
+    from loadmaster.kube.usage import job_usage  # noqa: PLC0415 - telemetry and diagnostics only when asked for
+    from loadmaster.telemetry.prometheus import PrometheusStore  # noqa: PLC0415
+
+    try:
+        with PrometheusStore(prometheus) as store:
+            found = job_usage(store, view, time.time())
+    except TelemetryError as exc:
+        return None, f"GPU use: unavailable ({exc})"
+    if found is None:
+        return None, f"GPU use: Prometheus has no GPU series of the job's pods (namespace {view.namespace})"
+    return asdict(found), ""
 
 
 def cancel(

@@ -18,8 +18,8 @@ command-line flags; flags given beside a file override its fields::
 Every error names the file, the line and the field. The identity file
 (``~/.config/loadmaster/config.yaml``, or ``$LOADMASTER_CONFIG``) says who
 submits; environment variables ``LOADMASTER_USER``, ``LOADMASTER_GROUP``,
-``LOADMASTER_NAMESPACE``, ``LOADMASTER_KUBECONFIG`` and
-``LOADMASTER_DASHBOARD`` override its fields (see docs/researchers.md).
+``LOADMASTER_NAMESPACE``, ``LOADMASTER_KUBECONFIG``, ``LOADMASTER_DASHBOARD``
+and ``LOADMASTER_PROMETHEUS`` override its fields (see docs/researchers.md).
 """
 
 from __future__ import annotations
@@ -176,6 +176,8 @@ class Identity(BaseModel):
     kubeconfig: str | None = None
     dashboard: str | None = None
     """Base URL of the loadmaster dashboard (links in ``loadmaster status``)."""
+    prometheus: str | None = None
+    """Base URL of the Prometheus that scrapes dcgm-exporter: ``status`` then shows GPU use and findings."""
     operator: bool = False
     """May see and cancel every job, as the dashboard's operator role."""
 
@@ -191,6 +193,7 @@ ENV_FIELDS = {
     "LOADMASTER_NAMESPACE": "namespace",
     "LOADMASTER_KUBECONFIG": "kubeconfig",
     "LOADMASTER_DASHBOARD": "dashboard",
+    "LOADMASTER_PROMETHEUS": "prometheus",
 }
 """Environment variable -> identity field it overrides."""
 
