@@ -374,3 +374,20 @@ def test_a_failed_submission_undoes_only_what_it_created(api: KubeApiDouble, ali
     assert "could not create Service team-a/train: 409" in str(result.exception)
     assert api.objects("podgroups") == [] and api.objects("jobs") == []
     assert api.get("services", KEY) is not None
+
+
+def test_status_shows_what_the_kubelet_says_of_a_task(api: KubeApiDouble, alice: None) -> None:
+    api.create("nodes", a_node("n0"))
+    submit_gang(2, 4)
+    step(api)
+    pods = sorted(api.objects("pods"), key=lambda p: p["metadata"]["name"])
+    pulling = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "pytorch:2.3"'}
+    states = ({"waiting": pulling}, {"terminated": {"reason": "Error", "exitCode": 1}})
+    with api.lock:
+        for pod, state in zip(pods, states, strict=True):
+            container = {"name": "task", "image": "pytorch:2.3", "imageID": "", "ready": False}
+            status = {"containerStatuses": [{**container, "restartCount": 0, "state": state}]}
+            api.patch("pods", f"team-a/{pod['metadata']['name']}", {"status": status})
+    text = invoke("status", JOB)
+    assert 'GPUs 0,1,2,3 (ImagePullBackOff: Back-off pulling image "pytorch:2.3")' in text
+    assert "rank 1: train-1-00001 Running n0 GPUs 4,5,6,7 (Error (exit 1))" in text

@@ -329,7 +329,8 @@ def status(
         console.print(f"  CUDA {view.cuda}: nodes must run a compatible driver (docs/cuda.md)")
     for task in view.task_views:
         where = f"{task.node} GPUs {task.gpus or '-'}" if task.node else "not placed"
-        console.print(f"  rank {task.rank}: {task.pod} {task.phase} {where}", markup=False)
+        detail = f" ({task.detail})" if task.detail else ""
+        console.print(f"  rank {task.rank}: {task.pod} {task.phase} {where}{detail}", markup=False)
     if usage is not None:
         console.print(
             f"  GPU utilisation: {usage['mean_util_pct']:.0f}% on average over its run, "

@@ -41,6 +41,9 @@ class TaskView:
     node: str | None
     gpus: str
     """GPU indices on its node (``0,1``), from the bind-time annotation; empty before it binds."""
+    detail: str = ""
+    """What the kubelet says of its container when it is not simply running: ``ImagePullBackOff: ...``,
+    ``Error (exit 1)``."""
 
 
 @dataclass(frozen=True)
@@ -248,7 +251,22 @@ def _task(pod: dict[str, Any]) -> TaskView:
         phase=str(pod.get("status", {}).get("phase", "Pending")),
         node=tr.node_name_of(pod),
         gpus=str(annotations.get(tr.GPUS_ANNOTATION, "")),
+        detail=_container_detail(pod),
     )
+
+
+def _container_detail(pod: dict[str, Any]) -> str:
+    """The first container's waiting reason, or how it terminated, as the kubelet reports it."""
+    for status in pod.get("status", {}).get("containerStatuses") or ():
+        state = status.get("state") or {}
+        if "waiting" in state:
+            waiting = state["waiting"] or {}
+            message = waiting.get("message")
+            return f"{waiting.get('reason', 'waiting')}" + (f": {message}" if message else "")
+        if "terminated" in state:
+            done = state["terminated"] or {}
+            return f"{done.get('reason', 'terminated')} (exit {done.get('exitCode', '?')})"
+    return ""
 
 
 def _state(pods: Sequence[dict[str, Any]], tasks: int) -> str:
