@@ -151,6 +151,7 @@ def test_a_four_task_gang_is_scheduled_as_one_and_lost_pods_come_back(
     assert len(bound) == 4 and {n for _, n in bound} == {"n0", "n1"}
     pods = api.objects("pods")
     assert sorted(p["spec"]["hostname"] for p in pods) == [f"train-{i}" for i in range(4)]
+    assert all(p["spec"]["containers"][0]["env"][-1]["name"] == "JOB_COMPLETION_INDEX" for p in pods)
     status = json.loads(invoke("status", JOB, "--json"))
     assert status["state"] == "running" and status["gpus"] == 16 and status["position"] is None
     assert sorted(t["rank"] for t in status["task_views"]) == [0, 1, 2, 3]

@@ -1,13 +1,17 @@
 """The Job controller and garbage collector of kube-controller-manager, for Indexed Jobs, on the API double.
 
-What it reproduces (Kubernetes ``pkg/controller/job``, documented in "Jobs:
-Completion mode" and "Garbage collection"):
+What it reproduces (Kubernetes ``pkg/controller/job``, as KEP-2214 "Indexed
+Job", KEP-4017 "pod index label", the Job API's ``completionMode``
+description and the task "Indexed Job for Parallel Processing with Static Work
+Assignment" document it, and "Garbage collection"):
 
 * an Indexed Job with ``completions = parallelism = n`` gets one pod per index
   ``0..n-1``, named ``<job>-<index>-<5 random characters>``, with the
   annotation and label ``batch.kubernetes.io/job-completion-index``, the
   labels ``batch.kubernetes.io/job-name`` and ``batch.kubernetes.io/controller-uid``,
   the hostname ``<job>-<index>`` and an owner reference to the Job;
+* every container gets ``JOB_COMPLETION_INDEX`` from that annotation
+  (downward API), as the control plane sets it;
 * a pod that disappears (deleted by a gang rollback, evicted) is recreated; a
   failed pod counts against ``backoffLimit`` and is replaced until the limit;
 * pods whose owning Job is gone are deleted (background propagation).
@@ -85,7 +89,14 @@ class JobControllerDouble:
         }
         annotations = {**(pod_meta.get("annotations") or {}), INDEX_ANNOTATION: str(index)}
         pod_name = f"{name}-{index}-{next(self._suffix):05d}"
-        pod = {
+        index_env = {
+            "name": "JOB_COMPLETION_INDEX",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}},
+        }
+        spec = template["spec"]
+        for container in spec["containers"]:
+            container["env"] = [*(container.get("env") or []), index_env]
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
@@ -104,7 +115,7 @@ class JobControllerDouble:
                     }
                 ],
             },
-            "spec": {**template["spec"], "hostname": f"{name}-{index}"},
+            "spec": {**spec, "hostname": f"{name}-{index}"},
         }
         self.api.create("pods", pod)
         return f"{namespace}/{pod_name}"
