@@ -392,3 +392,29 @@ def test_status_shows_what_the_kubelet_says_of_a_task(api: KubeApiDouble, alice:
     text = invoke("status", JOB)
     assert 'GPUs 0,1,2,3 (ImagePullBackOff: Back-off pulling image "pytorch:2.3")' in text
     assert "rank 1: train-1-00001 Running n0 GPUs 4,5,6,7 (Error (exit 1))" in text
+
+
+def test_torchrun_reads_its_arguments_from_the_environment_submit_writes(alice: None) -> None:
+    """torchrun's parser (torch/distributed/run.py) takes every argument from ``PET_<NAME>`` when it
+    is not given; with the default static rendezvous, a bare ``torchrun train.py`` joins the job."""
+    from torch.distributed.run import get_args_parser  # noqa: PLC0415 - torch only for this test
+
+    out = invoke(
+        "submit", "--dry-run", "--name", "llm", "-N", "2", "--gpus-per-task", "8", "--image", "x", "--", "a"
+    )
+    job = [d for d in yaml.safe_load_all(out) if d][2]
+    env: dict[str, str] = {}
+    for item in job["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        else:  # the downward API: the completion index of task 1
+            assert item["valueFrom"]["fieldRef"]["fieldPath"].endswith(
+                "['batch.kubernetes.io/job-completion-index']"
+            )
+            env[item["name"]] = "1"
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        args = get_args_parser().parse_args(["train.py"])
+    assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("2", "8", 1)
+    assert (args.master_addr, args.master_port, args.rdzv_backend) == ("llm-0.llm", 29500, "static")
