@@ -418,3 +418,44 @@ def test_torchrun_reads_its_arguments_from_the_environment_submit_writes(alice: 
         args = get_args_parser().parse_args(["train.py"])
     assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("2", "8", 1)
     assert (args.master_addr, args.master_port, args.rdzv_backend) == ("llm-0.llm", 29500, "static")
+
+
+def test_the_five_commands_of_docs_researchers(
+    api: KubeApiDouble, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kubeconfig: Path
+) -> None:
+    """docs/researchers.md: identity file, submit a 2-node job, status, logs (the scheduler runs between)."""
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text(kubeconfig.read_text())
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("LOADMASTER_CONFIG", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    (home / ".config" / "loadmaster").mkdir(parents=True)
+    (home / ".config" / "loadmaster" / "config.yaml").write_text("user: alice\ngroup: team-a\n")
+    for i in range(2):
+        api.create("nodes", a_node(f"n{i}"))
+    image = "nvcr.io/nvidia/pytorch:24.05-py3"
+    out = invoke(
+        "submit",
+        "-N",
+        "2",
+        "--gpus-per-task",
+        "8",
+        "--image",
+        image,
+        "-t",
+        "4:00:00",
+        "--",
+        "torchrun",
+        "train.py",
+    )
+    name = out.split("Submitted team-a/")[1].split(":")[0]
+    assert name.startswith("alice-torchrun-")
+    assert "pending" in invoke("status", name)
+    bound = step(api)
+    assert sorted(node for _, node in bound) == ["n0", "n1"]
+    assert f"team-a/{name}  running" in invoke("status", name)
+    for pod in api.objects("pods"):
+        api.logs[f"team-a/{pod['metadata']['name']}"] = "epoch 1\n"
+    assert invoke("logs", name, "--rank", "0", "-f") == "epoch 1\n"

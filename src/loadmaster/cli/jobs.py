@@ -55,6 +55,7 @@ def _api(kubeconfig: Path | None, who: Identity) -> client.ApiClient:
     from loadmaster.kube.api import api_client  # noqa: PLC0415 - the Kubernetes client loads only when used
 
     chosen = str(kubeconfig) if kubeconfig else who.kubeconfig or os.environ.get("KUBECONFIG")
+    chosen = os.path.expanduser(chosen) if chosen else None  # the identity file may say ~/.kube/...
     default = Path.home() / ".kube" / "config"
     if chosen is None and default.exists():
         chosen = str(default)
