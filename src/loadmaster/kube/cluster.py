@@ -28,6 +28,7 @@ from kubernetes import client
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import REQUEST_TIMEOUT_S, ApiFailure, Event, Informer, LeaderElector
+from loadmaster.kube.semantics import kube_scheduler
 from loadmaster.kube.state import KubeState, View
 from loadmaster.model import Job, NodeTable
 from loadmaster.scheduling import Bind, CycleResult, Preempt, Scheduler
@@ -71,7 +72,7 @@ class KubeCluster:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self.scheduler = scheduler
+        self.scheduler = kube_scheduler(scheduler)
         self.identity = identity
         self.rng = np.random.default_rng(seed)
         self.lease = lease if lease is not None else LeaderElector(api, identity, clock=clock)

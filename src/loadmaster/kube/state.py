@@ -73,6 +73,9 @@ class KubeState:
                 i.node.cpu_milli,
                 i.node.memory_mib,
                 tuple(sorted(i.node.labels.items())),
+                i.node.taints,
+                i.node.unschedulable,
+                i.node.max_pods,
             )
             for i in infos
         )
@@ -92,6 +95,7 @@ class KubeState:
         free = _Free(table)
         groups: dict[str, list[tr.Obj]] = defaultdict(list)
         for pod in sorted(self.objects["pods"].values(), key=tr.key_of):
+            free.count_pod(pod, index)
             if not tr.is_active(pod):
                 continue
             if tr.is_ours(pod):
@@ -126,13 +130,14 @@ class KubeState:
         group_name = tr.pod_group_of(pods[0])
         group = self.objects["podgroups"].get(job_id) if group_name else None
         min_member = int(group.get("spec", {}).get("minMember", 1)) if group else 1
-        if group_name and group is None:
-            view.incomplete[job_id] = f"waiting for PodGroup {job_id}"
-            return
         bound = [p for p in pods if tr.node_name_of(p) in index]
         unbound = [p for p in pods if tr.node_name_of(p) is None]
-        if len(pods) < min_member and unbound:
+        if group_name and group is None:
+            view.incomplete[job_id] = f"waiting for PodGroup {job_id}"
+        elif len(pods) < min_member and unbound:
             view.incomplete[job_id] = f"gang has {len(pods)} of minMember {min_member} pods"
+        if job_id in view.incomplete:
+            view.unbound[job_id] = [tr.key_of(p) for p in unbound]  # their pods are told why they wait
             return
         job = tr.job_from(job_id, pods, group, self.default_time_limit_s)
         placements = tuple(free.take_pod(p, index[str(tr.node_name_of(p))]) for p in bound)
@@ -154,6 +159,18 @@ class _Free:
         self.gpu: npt.NDArray[np.int64] = np.where(table.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
         self.cpu = table.cpu_milli.copy()
         self.memory = table.memory_mib.copy()
+        limits = [n.max_pods for n in table.nodes]
+        self.pods: npt.NDArray[np.int64] | None = None
+        if any(limit is not None for limit in limits):
+            self.pods = np.array([tr.AMOUNT_CAP if m is None else m for m in limits], dtype=np.int64)
+
+    def count_pod(self, pod: tr.Obj, index: Mapping[str, int]) -> None:
+        """Take one of the node's pod slots for any pod on it that has not finished (Terminating too:
+        kube-scheduler's cache holds a pod until it is deleted)."""
+        node = index.get(tr.node_name_of(pod) or "")
+        phase = pod.get("status", {}).get("phase", "Pending")
+        if self.pods is not None and node is not None and phase not in {"Succeeded", "Failed"}:
+            self.pods[node] -= 1
 
     def take_pod(self, pod: tr.Obj, node: int) -> TaskPlacement:
         request = tr.pod_request(pod)
@@ -177,10 +194,14 @@ class _Free:
         self.gpu[node] = 0
         self.cpu[node] = 0
         self.memory[node] = 0
+        if self.pods is not None:
+            self.pods[node] = 0
 
     def snapshot(self, running: list[RunningJob], pending: list[PendingJob]) -> ClusterSnapshot:
         np.maximum(self.cpu, 0, out=self.cpu)
         np.maximum(self.memory, 0, out=self.memory)
+        if self.pods is not None:
+            np.maximum(self.pods, 0, out=self.pods)
         whole, largest, total = gpu_summary(self.gpu)
         return ClusterSnapshot(
             nodes=self.table,
@@ -192,4 +213,5 @@ class _Free:
             free_milli=total,
             running=tuple(running),
             pending=tuple(pending),
+            pods_free=self.pods,
         )

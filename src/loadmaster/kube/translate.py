@@ -33,10 +33,23 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_UP, Decimal, localcontext
 from typing import Any
 
 from loadmaster.errors import LoadmasterError
-from loadmaster.model import MILLI_PER_GPU, Job, Node, ResourceType, TaskRequest
+from loadmaster.model import (
+    MILLI_PER_GPU,
+    Job,
+    Node,
+    NodeAffinity,
+    PreferredTerm,
+    Requirement,
+    ResourceType,
+    SelectorTerm,
+    Taint,
+    TaskRequest,
+    Toleration,
+)
 from loadmaster.model.cuda import CudaVersion
 
 Obj = Mapping[str, Any]
@@ -60,44 +73,86 @@ POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.
 DEFAULT_TIME_LIMIT_S = 86_400.0
 """Run time assumed for a pod without ``activeDeadlineSeconds``: one day, a common lab limit."""
 
-_SUFFIX = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-}
-_QUANTITY = re.compile(r"^([0-9.]+)(m|Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?$")
+_DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_SI = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_QUANTITY = re.compile(r"^([+-]?)([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)$")
+_BINARY_CAP = Decimal(2**63 - 1)
+_NANO = Decimal("1e-9")
+_EXPONENT_BOUND = 100
+_PRECISION = 2 * _EXPONENT_BOUND + 40
+AMOUNT_CAP = 2**50
+"""Largest amount (milli-cores, MiB, devices) a translated quantity keeps: a valid quantity is not
+bounded (``1E`` CPUs is one), but the per-node arrays are int64 and sum many pods' amounts."""
 
 
 class KubeError(LoadmasterError):
     """A Kubernetes object loadmaster cannot translate, or an API failure it cannot recover from."""
 
 
+def parse_quantity(value: str | int | float, field: str) -> Decimal:
+    """A Kubernetes quantity as an exact decimal, parsed as apimachinery's ``resource.ParseQuantity``.
+
+    Every form the API server accepts: a signed decimal number (``1``, ``1.5``,
+    ``.5``, ``5.``), then a binary suffix (``Ki`` to ``Ei``), a decimal one
+    (``n u m k M G T P E``) or an exponent (``e9``, ``E-3``). As upstream, a
+    non-zero value finer than a nano is rounded away from zero to one nano,
+    and a binary-suffixed value is capped at 2^63-1. Upstream source:
+    k8s.io/apimachinery pkg/api/resource/quantity.go (``parseQuantityString``,
+    ``ParseQuantity``) and suffix.go.
+    """
+    text = str(value)
+    match = _QUANTITY.match(text)
+    if not text or match is None:
+        raise KubeError(f"{field}: {value!r} is not a Kubernetes quantity (like 500m, 1.5Gi, 1e9 or 4)")
+    sign, whole, fraction, suffix = match.groups()
+    with localcontext(prec=_PRECISION):
+        number = _scaled(Decimal(f"{whole or '0'}.{fraction or '0'}"), suffix)
+        if number is None:
+            raise KubeError(
+                f"{field}: {value!r} has an unknown suffix {suffix!r}; allowed: "
+                f"{', '.join(_BINARY_SI)}, {', '.join(s for s in _DECIMAL_SI if s)}, or an exponent like e9"
+            )
+        if number:
+            number = number.quantize(_NANO, rounding=ROUND_UP)
+    return -number if sign == "-" else number
+
+
+def _scaled(number: Decimal, suffix: str) -> Decimal | None:
+    """``number`` times what ``suffix`` means (apimachinery's suffix.go ``interpret``); None if nothing."""
+    if suffix in _DECIMAL_SI:
+        return number.scaleb(_DECIMAL_SI[suffix])
+    if suffix in _BINARY_SI:
+        scaled: Decimal = number * 2 ** _BINARY_SI[suffix]
+        return min(scaled, _BINARY_CAP)
+    if len(suffix) > 1 and suffix[0] in "eE" and re.fullmatch(r"[+-]?[0-9]+", suffix[1:]):
+        # Beyond 10^±_EXPONENT_BOUND nothing changes for us (capped, or one nano): keep Decimal in range.
+        return number.scaleb(max(min(int(suffix[1:]), _EXPONENT_BOUND), -_EXPONENT_BOUND))
+    return None
+
+
+def _amount(number: Decimal, rounding: str) -> int:
+    """``number`` as an int, rounded as told, clamped to [0, AMOUNT_CAP] (requests are never negative)."""
+    return min(max(int(number.to_integral_value(rounding=rounding)), 0), AMOUNT_CAP)
+
+
 def quantity(value: str | int | float, field: str) -> float:
-    """A Kubernetes quantity (``500m``, ``16Gi``, ``4``) as a plain number of base units."""
-    match = _QUANTITY.match(str(value))
-    if match is None:
-        raise KubeError(f"{field}: {value!r} is not a Kubernetes quantity (like 500m, 16Gi or 4)")
-    number, suffix = float(match.group(1)), match.group(2)
-    if suffix == "m":
-        return number / 1000
-    return number * _SUFFIX[suffix] if suffix else number
+    """A Kubernetes quantity (``500m``, ``16Gi``, ``1e9``, ``4``) as a plain number of base units."""
+    return float(parse_quantity(value, field))
 
 
-def cpu_milli(value: str | int | float, field: str) -> int:
-    """CPU quantity in milli-cores."""
-    return round(quantity(value, field) * 1000)
+def count(value: str | int | float, field: str, *, up: bool = True) -> int:
+    """A quantity of whole things (GPUs, MIG devices, pods): rounded up for a request, down for a node."""
+    return _amount(parse_quantity(value, field), ROUND_CEILING if up else ROUND_FLOOR)
 
 
-def memory_mib(value: str | int | float, field: str) -> int:
-    """Memory quantity in MiB (rounded down)."""
-    return int(quantity(value, field) // 2**20)
+def cpu_milli(value: str | int | float, field: str, *, up: bool = True) -> int:
+    """CPU quantity in milli-cores: rounded up (as ``Quantity.MilliValue``) for a request, down for a node."""
+    return _amount(parse_quantity(value, field) * 1000, ROUND_CEILING if up else ROUND_FLOOR)
+
+
+def memory_mib(value: str | int | float, field: str, *, up: bool = False) -> int:
+    """Memory quantity in MiB: down for a node's allocatable, up for a request (never under-counted)."""
+    return _amount(parse_quantity(value, field) / 2**20, ROUND_CEILING if up else ROUND_FLOOR)
 
 
 def timestamp_s(value: str | None) -> float:
@@ -136,21 +191,27 @@ def node_from(obj: Obj) -> NodeInfo:
         zone=zone,
         rack=labels.get(RACK_LABEL, zone),
         resource_type=labels.get(TYPE_LABEL) or labels.get(PRODUCT_LABEL) or "gpu",
-        gpus=int(quantity(allocatable.get(GPU_RESOURCE, 0), f"node {name} {GPU_RESOURCE}")),
-        cpu_milli=cpu_milli(allocatable.get("cpu", 0), f"node {name} cpu"),
+        gpus=count(allocatable.get(GPU_RESOURCE, 0), f"node {name} {GPU_RESOURCE}", up=False),
+        cpu_milli=cpu_milli(allocatable.get("cpu", 0), f"node {name} cpu", up=False),
         memory_mib=memory_mib(allocatable.get("memory", 0), f"node {name} memory"),
         labels=labels,
+        taints=tuple(
+            Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+            for t in obj.get("spec", {}).get("taints") or ()
+        ),
+        unschedulable=bool(obj.get("spec", {}).get("unschedulable", False)),
+        max_pods=count(allocatable["pods"], f"node {name} pods", up=False) if "pods" in allocatable else None,
     )
     mig = {
-        key.removeprefix(MIG_PREFIX): int(quantity(v, f"node {name} {key}"))
+        key.removeprefix(MIG_PREFIX): count(v, f"node {name} {key}", up=False)
         for key, v in allocatable.items()
         if key.startswith(MIG_PREFIX)
     }
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()
     )
-    schedulable = ready and not obj.get("spec", {}).get("unschedulable", False)
-    return NodeInfo(node, schedulable, mig)
+    # A cordon is the node-unschedulable plugin's to judge (a job may tolerate it); not Ready is not.
+    return NodeInfo(node, ready, mig)
 
 
 def resource_types(nodes: Sequence[Node]) -> dict[str, ResourceType]:
@@ -180,14 +241,58 @@ def pod_request(pod: Obj) -> TaskRequest:
         for key, value in wanted.items():
             field = f"pod {name} {key}"
             if key == GPU_RESOURCE:
-                gpus += int(quantity(value, field))
+                gpus += count(value, field)
             elif key.startswith(MIG_PREFIX):
                 mig = key.removeprefix(MIG_PREFIX)
             elif key == "cpu":
                 cpu += cpu_milli(value, field)
             elif key == "memory":
-                memory += memory_mib(value, field)
+                memory += memory_mib(value, field, up=True)
     return TaskRequest(gpu_milli=gpus * MILLI_PER_GPU, cpu_milli=cpu, memory_mib=memory, mig_profile=mig)
+
+
+def tolerations_of(pod: Obj) -> tuple[Toleration, ...]:
+    """The pod's ``spec.tolerations``."""
+    return tuple(
+        Toleration(
+            key=str(t.get("key") or ""),
+            operator=str(t.get("operator") or "Equal"),
+            value=str(t.get("value") or ""),
+            effect=str(t.get("effect") or ""),
+        )
+        for t in pod.get("spec", {}).get("tolerations") or ()
+    )
+
+
+def _requirements(items: Sequence[Obj] | None) -> tuple[Requirement, ...]:
+    return tuple(
+        Requirement(
+            str(r.get("key", "")), str(r.get("operator", "")), tuple(str(v) for v in r.get("values") or ())
+        )
+        for r in items or ()
+    )
+
+
+def _term(term: Obj | None) -> SelectorTerm:
+    term = term or {}
+    return SelectorTerm(_requirements(term.get("matchExpressions")), _requirements(term.get("matchFields")))
+
+
+def affinity_of(pod: Obj) -> NodeAffinity | None:
+    """The pod's ``spec.affinity.nodeAffinity`` (None when it has none)."""
+    node_affinity = ((pod.get("spec", {}).get("affinity") or {}).get("nodeAffinity")) or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    if required is None and not preferred:
+        return None
+    return NodeAffinity(
+        required=None
+        if required is None
+        else tuple(_term(t) for t in required.get("nodeSelectorTerms") or ()),
+        preferred=tuple(
+            PreferredTerm(int(p.get("weight", 0)), _term(p.get("preference"))) for p in preferred
+        ),
+    )
 
 
 def pod_group_of(pod: Obj) -> str | None:
@@ -265,6 +370,8 @@ def job_from(job_id: str, pods: Sequence[Obj], pod_group: Obj | None, default_ti
         node_selector=selector,
         cuda=cuda_of(first),
         cuda_compat=(meta.get("annotations") or {}).get(CUDA_COMPAT_ANNOTATION) == "true",
+        tolerations=tolerations_of(first),
+        affinity=affinity_of(first),
     )
 
 

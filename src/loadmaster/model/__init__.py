@@ -1,5 +1,13 @@
 """Pure data: resources, nodes, jobs, snapshots and outcomes. No I/O, no clock."""
 
+from loadmaster.model.constraints import (
+    NodeAffinity,
+    PreferredTerm,
+    Requirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
 from loadmaster.model.job import (
     SIZE_CLASSES,
     Job,
@@ -28,13 +36,19 @@ __all__ = [
     "MigPoolConfig",
     "MigSlot",
     "Node",
+    "NodeAffinity",
     "NodeTable",
     "PendingJob",
+    "PreferredTerm",
+    "Requirement",
     "ResourceType",
     "RunningJob",
+    "SelectorTerm",
+    "Taint",
     "TaskPlacement",
     "TaskRequest",
     "Timeline",
+    "Toleration",
     "TraceJob",
     "UsageLedger",
     "gpu_summary",

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from loadmaster.errors import ModelError
+from loadmaster.model.constraints import NodeAffinity, Toleration
 from loadmaster.model.cuda import CudaVersion
 from loadmaster.model.mig import MigSlot
 from loadmaster.model.resources import MILLI_PER_GPU, TaskRequest
@@ -42,7 +43,12 @@ class Job:
     ``node_selector`` must match node labels exactly. ``cuda`` is the CUDA
     release its image was built with (None: not declared), ``cuda_compat``
     whether the image carries NVIDIA's cuda-compat package (see
-    :mod:`loadmaster.model.cuda`).
+    :mod:`loadmaster.model.cuda`). ``tolerations`` and ``affinity`` are
+    Kubernetes' (the ``taint-toleration`` and ``node-affinity`` plugins apply
+    them). ``priority_value``, when set, is the job's priority as
+    a number resolved by the system it came from (a Kubernetes PriorityClass):
+    the priority plugins then use it instead of their class table.
+    ``may_preempt`` False: the job never evicts others (``preemptionPolicy: Never``).
     """
 
     id: str
@@ -61,6 +67,10 @@ class Job:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     cuda: CudaVersion | None = None
     cuda_compat: bool = False
+    tolerations: tuple[Toleration, ...] = ()
+    affinity: NodeAffinity | None = None
+    priority_value: int | None = None
+    may_preempt: bool = True
 
     def __post_init__(self) -> None:
         if self.tasks < 1:

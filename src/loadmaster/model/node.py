@@ -9,12 +9,18 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.errors import ModelError
+from loadmaster.model.constraints import Taint
 from loadmaster.model.resources import ResourceType
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One host: where it sits (pool, zone, rack), what it has, and its labels."""
+    """One host: where it sits (pool, zone, rack), what it has, its labels and its taints.
+
+    ``unschedulable`` is a cordoned node (Kubernetes ``spec.unschedulable``);
+    ``max_pods`` is how many tasks it may hold in all, counting tasks of other
+    schedulers (``allocatable.pods``; None: no limit).
+    """
 
     name: str
     pool: str
@@ -25,10 +31,15 @@ class Node:
     cpu_milli: int
     memory_mib: int
     labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    max_pods: int | None = None
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.cpu_milli < 0 or self.memory_mib < 0:
             raise ModelError(f"node {self.name}: gpus, cpu_milli and memory_mib must be >= 0")
+        if self.max_pods is not None and self.max_pods < 0:
+            raise ModelError(f"node {self.name}: max_pods must be >= 0 or None, got {self.max_pods}")
 
 
 def _indices(values: Sequence[str], names: tuple[str, ...]) -> list[int]:

@@ -51,6 +51,10 @@ class ClusterSnapshot:
     """The MIG-mode GPUs with their layouts and free instances (None: no GPU is in MIG mode).
     A MIG-mode GPU shows 0 free in ``gpu_free_milli``: only MIG requests can use it. Read only."""
 
+    pods_free: npt.NDArray[np.int64] | None = None
+    """Tasks each node may still take in all, whatever their size (Kubernetes ``allocatable.pods`` less
+    the pods on the node, of every scheduler); None: no such limit. Read only."""
+
     def queues(self) -> frozenset[str]:
         """Names of the queues that hold pending jobs."""
         if self.pending_queues is not None:

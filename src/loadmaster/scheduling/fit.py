@@ -63,6 +63,8 @@ def capacity(state: WorkingState, request: TaskRequest) -> IntArray:
         cap = np.minimum(cap, state.cpu_free // request.cpu_milli)
     if request.memory_mib:
         cap = np.minimum(cap, state.memory_free // request.memory_mib)
+    if state.pods_free is not None:
+        cap = np.minimum(cap, state.pods_free)
     return cap
 
 
@@ -87,6 +89,8 @@ def fits_one(state: WorkingState, request: TaskRequest) -> BoolArray:
         mask &= state.cpu_free >= request.cpu_milli
     if request.memory_mib:
         mask &= state.memory_free >= request.memory_mib
+    if state.pods_free is not None:
+        mask &= state.pods_free >= 1
     return mask
 
 
@@ -107,6 +111,8 @@ def explain(state: WorkingState, request: TaskRequest, allowed: BoolArray) -> st
         checks.append((f"MIG {request.mig_profile}", 1, mig_free(state, request.mig_profile), phrase))
     checks.append(("cpu", request.cpu_milli, state.cpu_free, "most free is {v}m"))
     checks.append(("memory", request.memory_mib, state.memory_free, "most free is {v} MiB"))
+    if state.pods_free is not None:
+        checks.append(("pods", 1, state.pods_free, "most free is {v} (allocatable pods)"))
     candidates = allowed.copy()
     for resource, wanted, free, phrase in checks:
         best = int(np.argmax(np.where(candidates, free, -1)))

@@ -117,6 +117,25 @@ def build_profile(
     return Profile(name=name, actions=tuple(actions), plugins=tuple(built), weights=weights)
 
 
+def with_plugins(profile: Profile, specs: Sequence[PluginSpec], source: str = "<added plugins>") -> Profile:
+    """``profile`` with the plugins of ``specs`` it does not list yet appended (validated as in a profile).
+
+    A plugin the profile lists already keeps its own arguments and weight.
+    """
+    have = {p.name for p in profile.plugins}
+    added = [spec for spec in specs if spec.name not in have]
+    if not added:
+        return profile
+    where = f"profiles.{profile.name}"
+    plugins = [
+        *profile.plugins,
+        *(_instantiate(s, source, f"{where}.plugins[+{i}]") for i, s in enumerate(added)),
+    ]
+    _check_combinations(plugins, source, where)
+    weights = {**{s.name: s.weight for s in added}, **profile.weights}
+    return Profile(name=profile.name, actions=profile.actions, plugins=tuple(plugins), weights=weights)
+
+
 def _check_actions(actions: Sequence[str], source: str, where: str) -> None:
     for i, action in enumerate(actions):
         if action not in ACTIONS:

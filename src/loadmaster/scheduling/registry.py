@@ -15,11 +15,14 @@ from loadmaster.scheduling.plugins.firstfit import FirstFit
 from loadmaster.scheduling.plugins.gang import Gang
 from loadmaster.scheduling.plugins.learned import Learned
 from loadmaster.scheduling.plugins.multiqueue import MultiQueue
+from loadmaster.scheduling.plugins.node_affinity import NodeAffinityPlugin
+from loadmaster.scheduling.plugins.node_unschedulable import NodeUnschedulable
 from loadmaster.scheduling.plugins.preempt_priority import PriorityPreempt
 from loadmaster.scheduling.plugins.priority import PriorityClass
 from loadmaster.scheduling.plugins.random_fit import RandomFit
 from loadmaster.scheduling.plugins.sharing import SHARING_PLUGINS
 from loadmaster.scheduling.plugins.spread import Spread
+from loadmaster.scheduling.plugins.taint_toleration import TaintToleration
 
 PLUGINS: Mapping[str, type[Plugin]] = {
     **BASELINE_PLUGINS,
@@ -37,6 +40,9 @@ PLUGINS: Mapping[str, type[Plugin]] = {
     "learned": Learned,
     "priority-preempt": PriorityPreempt,
     "cuda-compat": CudaCompat,
+    "node-unschedulable": NodeUnschedulable,
+    "taint-toleration": TaintToleration,
+    "node-affinity": NodeAffinityPlugin,
 }
 """Plugin name -> class."""
 

@@ -52,6 +52,8 @@ class WorkingState:
     ``free_milli[i]`` the free milli-GPU summed over its GPUs. ``mig`` is the
     cycle's copy of the MIG-mode GPUs (None when the cluster has none); MIG
     placements go through :meth:`take_mig`, so whole and shared GPUs pay nothing for it.
+    ``pods_free`` counts the tasks each node may still take (None: no limit); every placement
+    takes one. Reservations (:class:`Held`) do not hold task slots.
     """
 
     nodes: NodeTable
@@ -62,6 +64,7 @@ class WorkingState:
     largest_share: IntArray
     free_milli: IntArray
     mig: MigPool | None = None
+    pods_free: IntArray | None = None
     _log: list[TaskPlacement] = field(init=False, default_factory=list)
 
     @classmethod
@@ -76,6 +79,7 @@ class WorkingState:
             largest_share=snapshot.largest_share.copy(),
             free_milli=snapshot.free_milli.copy(),
             mig=snapshot.mig.copy() if snapshot.mig is not None else None,
+            pods_free=snapshot.pods_free.copy() if snapshot.pods_free is not None else None,
         )
 
     def _refresh(self, node: int) -> None:
@@ -135,6 +139,8 @@ class WorkingState:
             self.largest_share[node] = MILLI_PER_GPU if self.whole_free[node] else int(row.max())
         self.cpu_free[node] += sign * placement.cpu_milli
         self.memory_free[node] += sign * placement.memory_mib
+        if self.pods_free is not None:
+            self.pods_free[node] += sign
 
     def take_clamped(self, placement: TaskPlacement) -> None:
         """Take ``placement`` without logging, never below zero (keeps a reservation shadow in step)."""
@@ -144,6 +150,7 @@ class WorkingState:
             all(row[gpu] >= placement.gpu_milli for gpu in placement.gpu_indices)
             and self.cpu_free[node] >= placement.cpu_milli
             and self.memory_free[node] >= placement.memory_mib
+            and (self.pods_free is None or self.pods_free[node] >= 1)
         )
         if placement.mig is not None:
             self._mig(placement, -1)
@@ -154,6 +161,8 @@ class WorkingState:
             row[gpu] = max(int(row[gpu]) - placement.gpu_milli, 0)
         self.cpu_free[node] = max(int(self.cpu_free[node]) - placement.cpu_milli, 0)
         self.memory_free[node] = max(int(self.memory_free[node]) - placement.memory_mib, 0)
+        if self.pods_free is not None:
+            self.pods_free[node] = max(int(self.pods_free[node]) - 1, 0)
         self._refresh(node)
 
     def release(self, placement: TaskPlacement) -> None:
@@ -197,6 +206,7 @@ class WorkingState:
             largest_share=self.largest_share.copy(),
             free_milli=self.free_milli.copy(),
             mig=self.mig.copy() if self.mig is not None else None,
+            pods_free=self.pods_free.copy() if self.pods_free is not None else None,
         )
 
     def mark(self) -> int:
