@@ -23,12 +23,15 @@ from loadmaster.model import (
     Job,
     JobTable,
     Node,
+    NodeAffinity,
     NodeTable,
     PendingJob,
     ResourceType,
     RunningJob,
+    Taint,
     TaskPlacement,
     TaskRequest,
+    Toleration,
     TraceJob,
 )
 from loadmaster.model.snapshot import gpu_summary
@@ -70,6 +73,19 @@ class JobBuilder:
     _queue: str = "default"
     _priority_class: str = "normal"
     _min_available: int = 0
+    _tolerations: tuple[Toleration, ...] = ()
+    _affinity: NodeAffinity | None = None
+    _selector: tuple[tuple[str, str], ...] = ()
+
+    def tolerates(self, *tolerations: Toleration) -> JobBuilder:
+        return replace(self, _tolerations=self._tolerations + tolerations)
+
+    def affinity(self, affinity: NodeAffinity) -> JobBuilder:
+        return replace(self, _affinity=affinity)
+
+    def selector(self, **labels: str) -> JobBuilder:
+        """``nodeSelector``: exact node labels (``a_job("j").selector(disk="ssd")``)."""
+        return replace(self, _selector=self._selector + tuple(labels.items()))
 
     def tasks(self, count: int) -> JobBuilder:
         return replace(self, _tasks=count)
@@ -112,6 +128,9 @@ class JobBuilder:
             min_available=self._min_available,
             priority_class=self._priority_class,
             pool=self._pool,
+            node_selector=dict(self._selector),
+            tolerations=self._tolerations,
+            affinity=self._affinity,
         )
 
 
@@ -129,6 +148,22 @@ class NodeBuilder:
     _zone: str = "z0"
     _rack: str = "r0"
     _type: str = DEFAULT_TYPE
+    _labels: tuple[tuple[str, str], ...] = ()
+    _taints: tuple[Taint, ...] = ()
+    _cordoned: bool = False
+    _max_pods: int | None = None
+
+    def labels(self, **labels: str) -> NodeBuilder:
+        return replace(self, _labels=self._labels + tuple(labels.items()))
+
+    def taint(self, key: str, value: str = "", effect: str = "NoSchedule") -> NodeBuilder:
+        return replace(self, _taints=(*self._taints, Taint(key, value, effect)))
+
+    def cordoned(self) -> NodeBuilder:
+        return replace(self, _cordoned=True)
+
+    def max_pods(self, count: int) -> NodeBuilder:
+        return replace(self, _max_pods=count)
 
     def gpus(self, count: int) -> NodeBuilder:
         return replace(self, _gpus=count)
@@ -152,6 +187,10 @@ class NodeBuilder:
             gpus=self._gpus,
             cpu_milli=128_000,
             memory_mib=1_048_576,
+            labels=dict(self._labels),
+            taints=self._taints,
+            unschedulable=self._cordoned,
+            max_pods=self._max_pods,
         )
 
 
@@ -223,6 +262,12 @@ class SnapshotBuilder:
             for job, nodes, since in self._running
         )
         whole, largest, total = gpu_summary(gpu_free)
+        pods_free = None
+        if any(n.max_pods is not None for n in self.cluster.nodes):
+            pods_free = np.array([1 << 40 if n.max_pods is None else n.max_pods for n in self.cluster.nodes])
+            for run in running:
+                for placement in run.placements:
+                    pods_free[placement.node] -= 1
         return ClusterSnapshot(
             nodes=self.cluster,
             gpu_free_milli=gpu_free,
@@ -233,6 +278,7 @@ class SnapshotBuilder:
             free_milli=total,
             running=running,
             pending=tuple(self._pending),
+            pods_free=pods_free,
         )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import REQUEST_TIMEOUT_S, ApiFailure, Event, Informer, LeaderElector
@@ -296,10 +297,14 @@ class KubeCluster:
             return
         namespace = key.split("/", 1)[0]
         body: dict[str, Any] = {"status": {"phase": "Pending"}}
-        self.custom.patch_namespaced_custom_object_status(
-            "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups", group, body,
-            _request_timeout=REQUEST_TIMEOUT_S,
-        )  # fmt: skip
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                "scheduling.x-k8s.io", "v1alpha1", namespace, "podgroups", group, body,
+                _request_timeout=REQUEST_TIMEOUT_S,
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 404:  # no PodGroup yet: the pod's own reason says it waits for one
+                raise
 
 
 def _plan(view: View, result: CycleResult, report: StepReport) -> None:

@@ -1,0 +1,178 @@
+"""Kubernetes semantics end to end: the official client, KubeCluster and the API double.
+
+Taints, node affinity, cordons, ``allocatable.pods``, every quantity form on
+foreign pods, and the reasons written for gangs short of pods and pods
+waiting for their PodGroup.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
+from loadmaster.config import load_profiles
+from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.cluster import KubeCluster, StepReport
+from loadmaster.kube.testing import KubeApiDouble
+from loadmaster.scheduling import Scheduler
+
+
+@pytest.fixture
+def cluster(api: KubeApiDouble) -> Iterator[KubeCluster]:
+    client = api_client(host=api.url)  # type: ignore[attr-defined]
+    clock = api.clock
+    built = KubeCluster(
+        client,
+        Scheduler(load_profiles()["binpack"]),
+        "a",
+        lease=LeaderElector(client, "a", clock=clock),
+        clock=clock,
+    )
+    built.start()
+    yield built
+    built.stop()
+
+
+def step(api: KubeApiDouble, cluster: KubeCluster) -> StepReport:
+    wait_synced(cluster, api.rv)
+    return cluster.step()
+
+
+def node(name: str, **spec: Any) -> dict[str, Any]:
+    built = a_node(name)
+    built["spec"] = spec
+    return built
+
+
+def pod(name: str, gpus: int = 1, **spec: Any) -> dict[str, Any]:
+    built = a_pod(name, gpus)
+    built["spec"].update(spec)
+    return built
+
+
+def foreign(name: str, node_name: str, memory: str = "1Gi", cpu: str = "1") -> dict[str, Any]:
+    built = a_pod(name, 0)
+    built["spec"]["schedulerName"] = "default-scheduler"
+    built["spec"]["nodeName"] = node_name
+    built["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": memory}}
+    return built
+
+
+def condition(api: KubeApiDouble, key: str) -> str:
+    found = api.get("pods", key)
+    assert found is not None
+    scheduled = [c for c in found.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"]
+    return str(scheduled[0]["message"]) if scheduled else ""
+
+
+def bound_to(report: StepReport) -> dict[str, str]:
+    return {key.split("/", 1)[1]: node_name for key, node_name in report.bound}
+
+
+def test_taints_keep_pods_off_unless_tolerated(api: KubeApiDouble, cluster: KubeCluster) -> None:
+    api.create("nodes", node("n0", taints=[{"key": "dedicated", "value": "infer", "effect": "NoSchedule"}]))
+    api.create("nodes", node("n1", taints=[{"key": "flaky", "effect": "NoExecute"}]))
+    api.create("pods", pod("plain"))
+    api.create("pods", pod("tolerant", tolerations=[{"key": "dedicated", "operator": "Exists"}]))
+    report = step(api, cluster)
+    assert bound_to(report) == {"tolerant": "n0"}
+    assert "didn't tolerate" in condition(api, "team-a/plain")
+
+
+def test_cordoned_nodes_take_no_new_pods(api: KubeApiDouble, cluster: KubeCluster) -> None:
+    api.create("nodes", node("n0", unschedulable=True))
+    api.create("pods", pod("p"))
+    assert step(api, cluster).bound == []
+    assert "node-unschedulable: 1 node(s) were unschedulable" in condition(api, "team-a/p")
+    client.CoreV1Api(api_client(host=api.url)).patch_node(
+        "n0", {"spec": {"unschedulable": False}}
+    )  # uncordon
+    assert bound_to(step(api, cluster)) == {"p": "n0"}
+
+
+def test_required_and_preferred_node_affinity(api: KubeApiDouble, cluster: KubeCluster) -> None:
+    for name, zone in (("n0", "z1"), ("n1", "z2"), ("n2", "z3")):
+        created = a_node(name, zone=zone)
+        api.create("nodes", created)
+    required = {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["z1"]}
+                ]
+            }
+        ]
+    }
+    preferred = [
+        {
+            "weight": 10,
+            "preference": {
+                "matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z3"]}
+                ]
+            },
+        }
+    ]
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": required,
+            "preferredDuringSchedulingIgnoredDuringExecution": preferred,
+        }
+    }
+    api.create("pods", pod("p", affinity=affinity))
+    nowhere = copy.deepcopy(affinity)
+    nowhere["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"
+    ][0] = {"key": "gpu-gen", "operator": "Gt", "values": ["9"]}
+    api.create("pods", pod("q", affinity=nowhere))
+    report = step(api, cluster)
+    assert bound_to(report) == {"p": "n2"}
+    assert "required node affinity" in report.waiting["team-a/q"]
+
+
+def test_allocatable_pods_counts_every_pod_on_the_node(api: KubeApiDouble, cluster: KubeCluster) -> None:
+    small = a_node("n0")
+    small["status"]["allocatable"]["pods"] = "2"
+    api.create("nodes", small)
+    api.create("pods", foreign("daemon-a", "n0"))
+    api.create("pods", foreign("daemon-b", "n0"))
+    api.create("pods", pod("p"))
+    assert step(api, cluster).bound == []
+    assert "pods: want 1 on one node, most free is 0 (allocatable pods) on n0" in condition(api, "team-a/p")
+
+
+@pytest.mark.parametrize("memory", ["1e9", "1Ei", "1E", "0.5Gi", "+2.5e3", "12345678901234567890"])
+def test_a_foreign_pod_with_any_valid_quantity_does_not_stop_the_scheduler(
+    api: KubeApiDouble, cluster: KubeCluster, memory: str
+) -> None:
+    api.create("nodes", a_node("n0"))
+    api.create("pods", foreign("other", "n0", memory=memory, cpu="1e-3"))
+    api.create("pods", pod("p"))
+    report = step(api, cluster)
+    huge = memory in ("1Ei", "1E", "12345678901234567890")
+    assert bound_to(report) == ({} if huge else {"p": "n0"})
+    if huge:
+        assert "memory: want 1024 MiB on one node, most free is 0 MiB on n0" in report.waiting["team-a/p"]
+
+
+def test_gangs_short_of_pods_and_pods_without_their_podgroup_say_why(
+    api: KubeApiDouble, cluster: KubeCluster
+) -> None:
+    api.create("nodes", a_node("n0"))
+    api.create("podgroups", a_pod_group("g", 4))
+    for i in range(2):
+        api.create("pods", a_pod(f"g-{i}", 1, "g"))
+    api.create("pods", a_pod("orphan", 1, "missing"))
+    step(api, cluster)
+    assert condition(api, "team-a/g-0") == "gang has 2 of minMember 4 pods"
+    assert condition(api, "team-a/orphan") == "waiting for PodGroup team-a/missing"
+    events = [e for e in api.objects("events") if e["reason"] == "FailedScheduling"]
+    assert {e["involvedObject"]["name"] for e in events} >= {"g-0", "g-1", "orphan"}
+    count = len(events)
+    step(api, cluster)  # nothing changed: no new event
+    assert len([e for e in api.objects("events") if e["reason"] == "FailedScheduling"]) == count
