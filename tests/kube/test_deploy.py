@@ -79,7 +79,11 @@ def rbac_rules() -> set[tuple[str, str, str]]:
     }
 
 
-GROUPS = {"leases": "coordination.k8s.io", "podgroups": "scheduling.x-k8s.io"}
+GROUPS = {
+    "leases": "coordination.k8s.io",
+    "podgroups": "scheduling.x-k8s.io",
+    "priorityclasses": "scheduling.k8s.io",
+}
 
 
 def the_cli_commands(api: KubeApiDouble, tmp_path: Path) -> None:

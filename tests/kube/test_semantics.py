@@ -176,3 +176,39 @@ def test_gangs_short_of_pods_and_pods_without_their_podgroup_say_why(
     count = len(events)
     step(api, cluster)  # nothing changed: no new event
     assert len([e for e in api.objects("events") if e["reason"] == "FailedScheduling"]) == count
+
+
+def priority_class(name: str, value: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        **extra,
+    }
+
+
+@pytest.mark.parametrize(("policy", "evicted"), [("PreemptLowerPriority", ["team-a/running"]), ("Never", [])])
+def test_priority_classes_from_the_api_decide_preemption(
+    api: KubeApiDouble, policy: str, evicted: list[str]
+) -> None:
+    api_ = api_client(host=api.url)  # type: ignore[attr-defined]
+    lease = LeaderElector(api_, "a", clock=api.clock)
+    cluster = KubeCluster(api_, Scheduler(load_profiles()["priority"]), "a", lease=lease, clock=api.clock)
+    cluster.start()
+    try:
+        # The built-in class table values "high" above "low": the API's values must win.
+        api.create("priorityclasses", priority_class("high", 10, globalDefault=True))
+        api.create("priorityclasses", priority_class("low", 1000, preemptionPolicy=policy))
+        api.create("nodes", a_node("n0"))
+        running = pod("running", 8)  # no class named: the globalDefault "high", 10
+        running["spec"]["nodeName"] = "n0"
+        running["status"] = {"phase": "Running", "startTime": "2023-11-14T00:00:00Z"}
+        api.create("pods", running)
+        api.create("pods", pod("urgent", 8, priorityClassName="low"))
+        report = step(api, cluster)
+        assert report.evicted == evicted
+        if not evicted:
+            assert "gpu" in report.waiting["team-a/urgent"]
+    finally:
+        cluster.stop()

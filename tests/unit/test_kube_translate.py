@@ -129,3 +129,33 @@ def test_a_node_brings_its_taints_cordon_and_pod_limit() -> None:
     assert info.node.taints == (Taint("gpu", "x", "NoExecute"),)
     assert info.node.unschedulable and info.schedulable  # a cordon is the plugin's to judge
     assert (info.node.max_pods, info.node.memory_mib) == (110, 953_674)
+
+
+CLASSES = tr.priority_classes(
+    [
+        {"metadata": {"name": "urgent"}, "value": 1000},
+        {"metadata": {"name": "polite"}, "value": 1000, "preemptionPolicy": "Never"},
+        {"metadata": {"name": "batch"}, "value": 10, "globalDefault": True},
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("spec", "value", "may_preempt"),
+    [
+        ({"priorityClassName": "urgent"}, 1000, True),
+        ({"priorityClassName": "polite"}, 1000, False),
+        ({}, 10, True),  # no class named: the globalDefault class
+        (
+            {"priorityClassName": "urgent", "priority": 7, "preemptionPolicy": "Never"},
+            7,
+            False,
+        ),  # admission's
+        ({"priorityClassName": "unknown"}, None, True),  # the plugins' table decides
+    ],
+)
+def test_a_pod_priority_resolves_as_priority_admission_does(
+    spec: dict[str, object], value: int | None, may_preempt: bool
+) -> None:
+    assert tr.priority_of(_pod(**spec), CLASSES) == (value, may_preempt)
+    assert tr.priority_of(_pod(**spec), {}) == (spec.get("priority"), spec.get("preemptionPolicy") != "Never")

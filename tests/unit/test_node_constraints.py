@@ -7,6 +7,7 @@ nodeunschedulable plugins; k8s.io/api toleration.go; apimachinery labels).
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from loadmaster.model import (
     Taint,
     Toleration,
 )
-from loadmaster.scheduling import PluginSpec
+from loadmaster.scheduling import PluginSpec, Preempt
 from loadmaster.scheduling.profile import with_plugins
 
 # ----------------------------------------------------------------------------- tolerations
@@ -222,3 +223,22 @@ def test_every_job_of_the_same_tolerations_keeps_off_the_tainted_node() -> None:
     result = cycle(profile(*KUBE), a_snapshot(table).pending(*jobs).build())
     assert {tuple(nodes_of(table, b)) for b in result.binds} == {("n1",)}
     assert np.sum([len(b.placements) for b in result.binds]) == 6
+
+
+def test_a_resolved_priority_value_replaces_the_class_table_and_never_preempts_when_told() -> None:
+    table = a_cluster().nodes(1, gpus=8).build()
+    low = replace(a_job("low").gpus(8).priority("high").build(), priority_value=5)
+    urgent = replace(a_job("urgent").gpus(8).priority("low").submitted(1).build(), priority_value=50)
+    polite = replace(urgent, id="polite", may_preempt=False)
+    chosen = profile(
+        "priority",
+        "fifo",
+        "gang",
+        "binpack",
+        "priority-preempt",
+        args={"priority-preempt": {"min_runtime_s": 0}},
+    )
+    result = cycle(chosen, a_snapshot(table).running(low, "n0").pending(urgent).build(), now=10)
+    assert [d.job_id for d in result.decisions if isinstance(d, Preempt)] == ["low"]
+    result = cycle(chosen, a_snapshot(table).running(low, "n0").pending(polite).build(), now=10)
+    assert not [d for d in result.decisions if isinstance(d, Preempt)]

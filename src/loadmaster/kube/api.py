@@ -72,6 +72,7 @@ class Informer:
             "nodes": core.list_node,
             "pods": core.list_pod_for_all_namespaces,
             "podgroups": lambda **kw: custom.list_cluster_custom_object(*PODGROUP_API, **kw),
+            "priorityclasses": client.SchedulingV1Api(api).list_priority_class,
         }
         self._call = calls[kind]
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"informer-{kind}")

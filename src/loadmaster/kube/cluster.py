@@ -34,7 +34,7 @@ from loadmaster.kube.state import KubeState, View
 from loadmaster.model import Job, NodeTable
 from loadmaster.scheduling import Bind, CycleResult, Preempt, Scheduler
 
-KINDS = ("nodes", "pods", "podgroups")
+KINDS = ("nodes", "pods", "podgroups", "priorityclasses")
 
 
 @dataclass

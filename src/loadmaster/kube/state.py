@@ -41,7 +41,13 @@ class KubeState:
     """Nodes, pods and PodGroups by key, as the last list and watch events left them."""
 
     def __init__(self, default_time_limit_s: float = tr.DEFAULT_TIME_LIMIT_S) -> None:
-        self.objects: dict[str, dict[str, tr.Obj]] = {"nodes": {}, "pods": {}, "podgroups": {}}
+        self.objects: dict[str, dict[str, tr.Obj]] = {
+            "nodes": {},
+            "pods": {},
+            "podgroups": {},
+            "priorityclasses": {},
+        }
+        self._classes: dict[str, tr.PriorityInfo] = {}
         self.default_time_limit_s = default_time_limit_s
         self._table_key: tuple[object, ...] | None = None
         self._table: NodeTable | None = None
@@ -93,6 +99,7 @@ class KubeState:
         table, schedulable = built
         index = {n.name: i for i, n in enumerate(table.nodes)}
         free = _Free(table)
+        self._classes = tr.priority_classes(self.objects["priorityclasses"].values())
         groups: dict[str, list[tr.Obj]] = defaultdict(list)
         for pod in sorted(self.objects["pods"].values(), key=tr.key_of):
             free.count_pod(pod, index)
@@ -139,7 +146,7 @@ class KubeState:
         if job_id in view.incomplete:
             view.unbound[job_id] = [tr.key_of(p) for p in unbound]  # their pods are told why they wait
             return
-        job = tr.job_from(job_id, pods, group, self.default_time_limit_s)
+        job = tr.job_from(job_id, pods, group, self.default_time_limit_s, self._classes)
         placements = tuple(free.take_pod(p, index[str(tr.node_name_of(p))]) for p in bound)
         view.jobs[job_id] = job
         view.bound[job_id] = [tr.key_of(p) for p in bound]

@@ -55,7 +55,9 @@ _BUILTIN = {
     ("coordination.k8s.io/v1", "Lease"),
     ("batch/v1", "Job"),
     ("v1", "Service"),
+    ("scheduling.k8s.io/v1", "PriorityClass"),
 }
+_CLUSTER_SCOPED = {"nodes", "priorityclasses"}
 _ROUTE = re.compile(
     r"^/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?$"
@@ -70,6 +72,7 @@ _KINDS = {
     "podgroups": ("scheduling.x-k8s.io/v1alpha1", "PodGroup"),
     "jobs": ("batch/v1", "Job"),
     "services": ("v1", "Service"),
+    "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass"),
 }
 
 
@@ -205,9 +208,9 @@ class KubeApiDouble:
         obj.setdefault("apiVersion", api_version)
         obj.setdefault("kind", kind)
         meta = obj.setdefault("metadata", {})
-        if namespace and resource != "nodes":
+        if namespace and resource not in _CLUSTER_SCOPED:
             meta["namespace"] = namespace
-        elif resource != "nodes":
+        elif resource not in _CLUSTER_SCOPED:
             meta.setdefault("namespace", "default")
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{self.rv:05d}"

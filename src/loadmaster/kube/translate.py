@@ -30,7 +30,7 @@ annotation ``loadmaster.io/cuda-compat``   ``Job.cuda_compat`` (``"true"``: imag
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_UP, Decimal, localcontext
@@ -295,6 +295,46 @@ def affinity_of(pod: Obj) -> NodeAffinity | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PriorityInfo:
+    """A PriorityClass (``scheduling.k8s.io/v1``): its value, whether it is the default, its policy."""
+
+    value: int
+    global_default: bool = False
+    preemption_policy: str = "PreemptLowerPriority"
+
+
+def priority_classes(objects: Iterable[Obj]) -> dict[str, PriorityInfo]:
+    """PriorityClass name -> what it says; the key ``""`` holds the ``globalDefault`` class, if any."""
+    found: dict[str, PriorityInfo] = {}
+    for obj in objects:
+        info = PriorityInfo(
+            value=int(obj.get("value", 0)),
+            global_default=bool(obj.get("globalDefault", False)),
+            preemption_policy=str(obj.get("preemptionPolicy") or "PreemptLowerPriority"),
+        )
+        found[str(obj["metadata"]["name"])] = info
+        if info.global_default:
+            found[""] = info
+    return found
+
+
+def priority_of(pod: Obj, classes: Mapping[str, PriorityInfo]) -> tuple[int | None, bool]:
+    """The pod's priority and whether it may preempt, as the API server's Priority admission resolves them.
+
+    ``spec.priority`` and ``spec.preemptionPolicy`` when set (admission writes
+    them on a real cluster); else the PriorityClass named by
+    ``priorityClassName`` (none named: the ``globalDefault`` class). None when
+    neither says: the priority plugins' class table decides.
+    """
+    spec = pod.get("spec", {})
+    known = classes.get(str(spec.get("priorityClassName") or ""))
+    value = spec.get("priority")
+    resolved = int(value) if value is not None else (known.value if known is not None else None)
+    policy = spec.get("preemptionPolicy") or (known.preemption_policy if known is not None else "")
+    return resolved, policy != "Never"
+
+
 def pod_group_of(pod: Obj) -> str | None:
     """The PodGroup name a pod belongs to, if any."""
     labels = pod["metadata"].get("labels") or {}
@@ -336,9 +376,16 @@ def gpu_indices_of(pod: Obj) -> tuple[int, ...] | None:
     return tuple(int(part) for part in str(text).split(",") if part)
 
 
-def job_from(job_id: str, pods: Sequence[Obj], pod_group: Obj | None, default_time_limit_s: float) -> Job:
+def job_from(
+    job_id: str,
+    pods: Sequence[Obj],
+    pod_group: Obj | None,
+    default_time_limit_s: float,
+    classes: Mapping[str, PriorityInfo] | None = None,
+) -> Job:
     """A job from its pods (all of them, bound or not) and its PodGroup (None: a single pod).
 
+    ``classes`` are the cluster's PriorityClasses (:func:`priority_classes`).
     The request is the first pod's (by name): members of a gang are identical.
     The job's submit time is the PodGroup's creation time, else its first pod's.
     """
@@ -353,6 +400,7 @@ def job_from(job_id: str, pods: Sequence[Obj], pod_group: Obj | None, default_ti
         min_member = int(pod_group.get("spec", {}).get("minMember", tasks))
         created = timestamp_s(pod_group["metadata"].get("creationTimestamp")) or created
     selector: dict[str, str] = dict(spec.get("nodeSelector") or {})
+    value, may_preempt = priority_of(first, classes or {})
     return Job(
         id=job_id,
         user=labels.get(USER_LABEL, namespace),
@@ -372,6 +420,8 @@ def job_from(job_id: str, pods: Sequence[Obj], pod_group: Obj | None, default_ti
         cuda_compat=(meta.get("annotations") or {}).get(CUDA_COMPAT_ANNOTATION) == "true",
         tolerations=tolerations_of(first),
         affinity=affinity_of(first),
+        priority_value=value,
+        may_preempt=may_preempt,
     )
 
 

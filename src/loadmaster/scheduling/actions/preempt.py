@@ -7,7 +7,8 @@ otherwise victims are added in that order until the job fits on the cluster
 as it would be without them, then any victim the job can do without is
 dropped again. So the fewest jobs are evicted, and among equals the most
 preferred (lowest priority, then least work lost). A gang is evicted whole:
-a victim is a whole job.
+a victim is a whole job. A job with ``may_preempt`` False (Kubernetes
+``preemptionPolicy: Never``) never preempts.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def run(session: Session) -> None:
     for pending in session.queue:
         if tried >= MAX_PREEMPTORS:
             return
-        if pending.job.id in session.bound or not admit(session, pending).ok:
+        if pending.job.id in session.bound or not pending.job.may_preempt or not admit(session, pending).ok:
             continue
         candidates = _candidates(session, pending, evicted)
         if not candidates or _fits_without(session, pending, [], scoring):

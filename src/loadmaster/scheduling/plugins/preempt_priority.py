@@ -1,5 +1,7 @@
 """priority-preempt: a job may evict running jobs of a lower priority class.
 
+A job's priority is its class's value, or its resolved ``priority_value``
+(a Kubernetes PriorityClass) when it carries one.
 Victims must have run ``min_runtime_s`` (so a job is never evicted right
 after it started), and are offered lowest class first, then youngest first
 (least work lost). The ``preempt`` action takes the fewest that make room and
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field
 
 from loadmaster.model import PendingJob, RunningJob
 from loadmaster.scheduling.framework import CycleContext, VictimPlugin
-from loadmaster.scheduling.plugins.priority import default_classes
+from loadmaster.scheduling.plugins.priority import default_classes, priority_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,12 +40,12 @@ class PriorityPreempt(VictimPlugin):
     def select_victims(
         self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
     ) -> Sequence[RunningJob]:
-        value = self.settings.classes.get
-        mine = value(pending.job.priority_class, 0)
+        classes = self.settings.classes
+        mine = priority_value(pending.job, classes)
         eligible = [
             r
             for r in running
-            if value(r.job.priority_class, 0) < mine and ctx.now - r.start_s >= self.settings.min_runtime_s
+            if priority_value(r.job, classes) < mine and ctx.now - r.start_s >= self.settings.min_runtime_s
         ]
-        eligible.sort(key=lambda r: (value(r.job.priority_class, 0), -r.start_s, r.job.id))
+        eligible.sort(key=lambda r: (priority_value(r.job, classes), -r.start_s, r.job.id))
         return eligible

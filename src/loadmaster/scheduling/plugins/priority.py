@@ -1,6 +1,9 @@
 """priority: higher priority classes go first.
 
-A job's class maps to a value (``classes``); its own ``priority`` breaks ties
+A job's class maps to a value (``classes``), unless the job carries its
+priority as a number (``Job.priority_value``: a Kubernetes pod's resolved
+PriorityClass value), which then counts instead, as kube-scheduler's
+PrioritySort orders by ``spec.priority``; its own ``priority`` breaks ties
 within a class. Combine with fifo (listed after it) for submission order
 inside a class.
 """
@@ -16,6 +19,11 @@ from loadmaster.scheduling.framework import CycleContext, OrderPlugin
 
 def default_classes() -> dict[str, int]:
     return {"critical": 1000, "high": 100, "normal": 0, "low": -100, "best-effort": -1000}
+
+
+def priority_value(job: Job, classes: Mapping[str, int]) -> int:
+    """The job's resolved ``priority_value`` if it has one, else its class's value (0: unknown class)."""
+    return job.priority_value if job.priority_value is not None else classes.get(job.priority_class, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,4 +43,4 @@ class PriorityClass(OrderPlugin):
         self.classes = dict((args or PriorityArgs()).classes)
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
-        return (-float(self.classes.get(job.priority_class, 0)), -float(job.priority))
+        return (-float(priority_value(job, self.classes)), -float(job.priority))

@@ -24,7 +24,7 @@ from pydantic import NonNegativeFloat
 
 from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, Job, PendingJob, RunningJob, TaskPlacement
 from loadmaster.scheduling.framework import AdmitPlugin, CycleContext, VictimPlugin
-from loadmaster.scheduling.plugins.priority import default_classes
+from loadmaster.scheduling.plugins.priority import default_classes, priority_value
 from loadmaster.scheduling.status import SUCCESS, Status, unresolvable, wait
 
 EPSILON_GPUS = 1e-6
@@ -292,4 +292,4 @@ _CLASS_VALUES = default_classes()
 def _victim_order(running: RunningJob) -> tuple[float, float, float, str]:
     """Lower priority class first, then lower priority, then the most recently started."""
     job = running.job
-    return (_CLASS_VALUES.get(job.priority_class, 0), job.priority, -running.start_s, job.id)
+    return (priority_value(job, _CLASS_VALUES), job.priority, -running.start_s, job.id)
