@@ -18,7 +18,9 @@ from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster, StepReport
+from loadmaster.kube.semantics import mig_layouts
 from loadmaster.kube.testing import KubeApiDouble
+from loadmaster.model.mig import layout_text
 from loadmaster.scheduling import Scheduler
 
 
@@ -212,3 +214,49 @@ def test_priority_classes_from_the_api_decide_preemption(
             assert "gpu" in report.waiting["team-a/urgent"]
     finally:
         cluster.stop()
+
+
+def mig_node(name: str, product: str = "NVIDIA-A100-SXM4-80GB", **counts: int) -> dict[str, Any]:
+    built = a_node(name, gpus=0)
+    for profile, count in counts.items():
+        built["status"]["allocatable"][f"nvidia.com/mig-{profile.replace('_', '.')}"] = str(count)
+    built["metadata"]["labels"]["nvidia.com/gpu.product"] = product
+    return built
+
+
+def mig_pod(name: str, profile: str, **extra: Any) -> dict[str, Any]:
+    built = a_pod(name, 0)
+    built["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "1", "memory": "1Gi"},
+        "limits": {f"nvidia.com/mig-{profile}": "1"},
+    }
+    built["spec"].update(extra)
+    return built
+
+
+def test_mig_pods_are_placed_on_the_instances_nodes_advertise(
+    api: KubeApiDouble, cluster: KubeCluster
+) -> None:
+    api.create("nodes", mig_node("m0", **{"1g_10gb": 2, "3g_40gb": 1}))
+    other = mig_pod("other", "1g.10gb", schedulerName="default-scheduler", nodeName="m0")
+    api.create("pods", other)  # another scheduler's pod holds one of the two 1g.10gb
+    for i in range(2):
+        api.create("pods", mig_pod(f"small-{i}", "1g.10gb"))
+    api.create("pods", mig_pod("big", "3g.40gb"))
+    report = step(api, cluster)
+    assert sorted(bound_to(report)) == ["big", "small-0"]
+    assert "MIG 1g.10gb: want 1 on one node, most free is 0 on m0" in report.waiting["team-a/small-1"]
+    bound = api.get("pods", "team-a/big")
+    assert bound is not None and bound["spec"]["nodeName"] == "m0"
+    report = step(api, cluster)  # the next cycle counts what it bound: nothing more fits
+    assert report.bound == []
+
+
+def test_mig_layouts_pack_the_advertised_instances_by_nvidia_placement_rules() -> None:
+    found = mig_layouts("NVIDIA-A100-SXM4-80GB", {"1g.10gb": 9, "3g.40gb": 2})
+    assert found is not None
+    model, layouts = found
+    assert model.name == "A100-80GB"
+    assert [layout_text(layout) for layout in layouts] == ["3g.40gb x2", "1g.10gb x7", "1g.10gb x2"]
+    assert mig_layouts("unknown", {"1g.18gb": 1}) is not None  # the profile name says H200
+    assert mig_layouts("unknown", {"9g.1gb": 1}) is None

@@ -6,10 +6,19 @@ loadmaster's forms of them (``node-unschedulable``, ``taint-toleration``,
 ``node-affinity``) to a profile that does not list them itself, so that a
 profile written for the simulator behaves as Kubernetes users expect. A
 profile that lists one keeps its own weight for it.
+
+MIG devices a node advertises become a :class:`~loadmaster.model.MigPool`
+(:func:`mig_layouts`, :func:`mig_pool`), so MIG pods are placed by the same
+code as in the simulator.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from loadmaster.errors import ModelError
+from loadmaster.model import MigInstance, MigPool, NodeTable
+from loadmaster.model.mig import MIG_MODELS, MigModel, mig_model_for, pack_layout
 from loadmaster.scheduling import PluginSpec, Scheduler
 from loadmaster.scheduling.profile import with_plugins
 
@@ -26,3 +35,59 @@ def kube_scheduler(scheduler: Scheduler) -> Scheduler:
     """``scheduler``, or a scheduler of its profile with :data:`KUBE_PLUGINS` added where missing."""
     profile = with_plugins(scheduler.profile, KUBE_PLUGINS, "<kubernetes default plugins>")
     return scheduler if profile is scheduler.profile else Scheduler(profile)
+
+
+def mig_layouts(
+    gpu_product: str, counts: Mapping[str, int]
+) -> tuple[MigModel, list[tuple[MigInstance, ...]]] | None:
+    """GPU layouts that hold the MIG devices a node advertises (``nvidia.com/mig-<profile>: count``).
+
+    The device plugin advertises counts per profile, not which GPU holds
+    which instance, so the instances are packed onto as few GPUs as the MIG
+    placement rules allow (largest first, each on the first GPU it still fits,
+    :func:`~loadmaster.model.mig.pack_layout` deciding). The GPU model is the
+    node's ``nvidia.com/gpu.product``, or else the first MIG-capable model that
+    offers every advertised profile (profile names differ by model: 1g.5gb is
+    an A100-40GB's, 1g.18gb an H200's). None when no model offers them all.
+    """
+    names = sorted({name for name, count in counts.items() if count > 0})
+    if not names:
+        return None
+    model = mig_model_for(gpu_product)
+    if model is None or not all(model.has(n) for n in names):
+        model = next((m for m in MIG_MODELS.values() if all(m.has(n) for n in names)), None)
+    if model is None:
+        return None
+    chosen = model
+    gpus: list[list[str]] = []
+    for name in sorted(names, key=lambda n: (-chosen.profile(n).size, n)):
+        for _ in range(counts[name]):
+            target = next((g for g in gpus if _fits(chosen, [*g, name])), None)
+            if target is None:
+                gpus.append([name])
+            else:
+                target.append(name)
+    return chosen, [pack_layout(chosen, gpu) for gpu in gpus]
+
+
+def _fits(model: MigModel, profiles: list[str]) -> bool:
+    try:
+        pack_layout(model, profiles)
+    except ModelError:
+        return False
+    return True
+
+
+def mig_pool(
+    nodes: NodeTable, layouts: Mapping[int, tuple[MigModel, list[tuple[MigInstance, ...]]]]
+) -> MigPool | None:
+    """A MIG pool of every node's advertised instances, all free (None when no node has any).
+
+    A node's MIG GPUs are numbered after its whole GPUs (``nvidia.com/gpu``), so the two never share an index.
+    """
+    gpus: dict[tuple[int, int], tuple[MigModel, tuple[MigInstance, ...]]] = {}
+    for node, (model, node_layouts) in layouts.items():
+        first = int(nodes.gpus[node])
+        for k, layout in enumerate(node_layouts):
+            gpus[(node, first + k)] = (model, layout)
+    return MigPool.build(len(nodes), gpus) if gpus else None

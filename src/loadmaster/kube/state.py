@@ -10,15 +10,20 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.kube import translate as tr
+from loadmaster.kube.semantics import mig_layouts, mig_pool
 from loadmaster.model import (
     MILLI_PER_GPU,
     ClusterSnapshot,
     Job,
+    MigInstance,
+    MigPool,
     NodeTable,
     PendingJob,
     RunningJob,
     TaskPlacement,
+    TaskRequest,
 )
+from loadmaster.model.mig import MigModel
 from loadmaster.model.snapshot import gpu_summary
 
 
@@ -51,6 +56,7 @@ class KubeState:
         self.default_time_limit_s = default_time_limit_s
         self._table_key: tuple[object, ...] | None = None
         self._table: NodeTable | None = None
+        self._mig: dict[int, tuple[MigModel, list[tuple[MigInstance, ...]]]] = {}
 
     def replace(self, kind: str, items: list[tr.Obj]) -> None:
         """Replace everything of ``kind`` with a fresh list."""
@@ -82,6 +88,7 @@ class KubeState:
                 i.node.taints,
                 i.node.unschedulable,
                 i.node.max_pods,
+                tuple(sorted(i.mig.items())),
             )
             for i in infos
         )
@@ -89,6 +96,10 @@ class KubeState:
             nodes = [i.node for i in infos]
             self._table = NodeTable.build(nodes, tr.resource_types(nodes))
             self._table_key = key
+            found = (
+                (n, mig_layouts(i.node.labels.get(tr.PRODUCT_LABEL, ""), i.mig)) for n, i in enumerate(infos)
+            )
+            self._mig = {n: layouts for n, layouts in found if layouts is not None}
         return self._table, [i.schedulable for i in infos]
 
     def view(self, reject: Callable[[Job, NodeTable], str | None] = lambda j, t: None) -> View | None:
@@ -98,7 +109,7 @@ class KubeState:
             return None
         table, schedulable = built
         index = {n.name: i for i, n in enumerate(table.nodes)}
-        free = _Free(table)
+        free = _Free(table, mig_pool(table, self._mig))
         self._classes = tr.priority_classes(self.objects["priorityclasses"].values())
         groups: dict[str, list[tr.Obj]] = defaultdict(list)
         for pod in sorted(self.objects["pods"].values(), key=tr.key_of):
@@ -161,8 +172,9 @@ class KubeState:
 class _Free:
     """Free resources per GPU and node while bound pods are taken off, one by one."""
 
-    def __init__(self, table: NodeTable) -> None:
+    def __init__(self, table: NodeTable, mig: MigPool | None = None) -> None:
         self.table = table
+        self.mig = mig
         self.gpu: npt.NDArray[np.int64] = np.where(table.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
         self.cpu = table.cpu_milli.copy()
         self.memory = table.memory_mib.copy()
@@ -181,6 +193,8 @@ class _Free:
 
     def take_pod(self, pod: tr.Obj, node: int) -> TaskPlacement:
         request = tr.pod_request(pod)
+        if request.mig_profile is not None:
+            return self._take_mig(node, request)
         gpus = request.whole_gpus
         wanted = tr.gpu_indices_of(pod)
         row = self.gpu[node]
@@ -196,6 +210,15 @@ class _Free:
         self.memory[node] -= request.memory_mib
         return TaskPlacement(node, wanted, MILLI_PER_GPU, request.cpu_milli, request.memory_mib)
 
+    def _take_mig(self, node: int, request: TaskRequest) -> TaskPlacement:
+        """A bound MIG pod holds one instance of its profile (the device plugin knows which; the API not)."""
+        slot = self.mig.choose(node, request.mig_profile or "") if self.mig is not None else None
+        if slot is not None and self.mig is not None:
+            self.mig.occupy(node, slot)
+        self.cpu[node] -= request.cpu_milli
+        self.memory[node] -= request.memory_mib
+        return TaskPlacement(node, (), 0, request.cpu_milli, request.memory_mib, mig=slot)
+
     def close(self, node: int) -> None:
         """A node that takes no new pod (cordoned, not Ready): nothing free on it."""
         self.gpu[node] = 0
@@ -203,6 +226,9 @@ class _Free:
         self.memory[node] = 0
         if self.pods is not None:
             self.pods[node] = 0
+        if self.mig is not None:
+            for gpu in self.mig.node_gpus(node):
+                self.mig.set_ready(node, gpu, False)
 
     def snapshot(self, running: list[RunningJob], pending: list[PendingJob]) -> ClusterSnapshot:
         np.maximum(self.cpu, 0, out=self.cpu)
@@ -221,4 +247,5 @@ class _Free:
             running=tuple(running),
             pending=tuple(pending),
             pods_free=self.pods,
+            mig=self.mig,
         )
