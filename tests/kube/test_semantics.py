@@ -18,6 +18,7 @@ from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster, StepReport
+from loadmaster.kube.profiles import ProfileScheduler
 from loadmaster.kube.semantics import mig_layouts
 from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.model.mig import layout_text
@@ -260,3 +261,31 @@ def test_mig_layouts_pack_the_advertised_instances_by_nvidia_placement_rules() -
     assert [layout_text(layout) for layout in layouts] == ["3g.40gb x2", "1g.10gb x7", "1g.10gb x2"]
     assert mig_layouts("unknown", {"1g.18gb": 1}) is not None  # the profile name says H200
     assert mig_layouts("unknown", {"9g.1gb": 1}) is None
+
+
+def test_several_profiles_by_scheduler_name_in_one_process(api: KubeApiDouble) -> None:
+    api_ = api_client(host=api.url)  # type: ignore[attr-defined]
+    profiles = load_profiles()
+    scheduler = ProfileScheduler(
+        {"loadmaster": Scheduler(profiles["binpack"]), "gpu-spread": Scheduler(profiles["spread"])}
+    )
+    cluster = KubeCluster(
+        api_, scheduler, "a", lease=LeaderElector(api_, "a", clock=api.clock), clock=api.clock
+    )
+    cluster.start()
+    try:
+        for name in ("n0", "n1"):
+            api.create("nodes", a_node(name))
+        api.create("pods", pod("packed-0", 2))
+        api.create("pods", pod("packed-1", 2))
+        api.create("pods", pod("spread-0", 2, schedulerName="gpu-spread"))
+        api.create("pods", pod("spread-1", 2, schedulerName="gpu-spread"))
+        api.create("pods", pod("not-ours", 2, schedulerName="default-scheduler"))
+        report = step(api, cluster)
+        where = bound_to(report)
+        assert "not-ours" not in where and len(where) == 4
+        assert where["packed-0"] == where["packed-1"]  # binpack
+        # spread takes the node with most room: the one binpack left empty (it saw binpack's binds)
+        assert where["spread-0"] == where["spread-1"] != where["packed-0"]
+    finally:
+        cluster.stop()

@@ -14,11 +14,13 @@ from rich.table import Table
 
 from loadmaster.cli.output import console
 from loadmaster.config import BUILTIN_PROFILES
+from loadmaster.errors import ConfigError
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster, StepReport
+from loadmaster.kube.profiles import ProfileScheduler
 from loadmaster.kube.queues import DEFAULT_CONFIGMAP, load_profile
 from loadmaster.kube.snapshot import take_snapshot
-from loadmaster.kube.translate import KubeError
+from loadmaster.kube.translate import SCHEDULER_NAME, KubeError
 from loadmaster.scheduling import Scheduler
 from loadmaster.traces.trace import write_parquet
 
@@ -31,19 +33,53 @@ Kubeconfig = Annotated[
 ]
 ProfileName = Annotated[str, typer.Option(help="Profile to schedule with")]
 ProfilesFile = Annotated[str, typer.Option(help="Profiles file (default: the built-in profiles)")]
+SchedulerNames = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--scheduler-name",
+        help="NAME=PROFILE: schedule pods whose spec.schedulerName is NAME with PROFILE; repeat for several "
+        "profiles in one process (default: loadmaster=the --profile)",
+    ),
+]
 QueuesConfigMap = Annotated[
     str, typer.Option(help="NAMESPACE/NAME of the queues ConfigMap ('' for none); absent is fine")
 ]
 
 
-def _cluster(
-    kubeconfig: Path | None, profile: str, profiles_file: str, queues: str, lease_ns: str
+def _cluster(  # noqa: PLR0917 - the options of the commands, passed on
+    kubeconfig: Path | None,
+    profile: str,
+    profiles_file: str,
+    queues: str,
+    lease_ns: str,
+    names: list[str] | None = None,
 ) -> KubeCluster:
     api = api_client(kubeconfig=str(kubeconfig) if kubeconfig else None)
-    chosen = load_profile(api, profile, profiles_file, queues or None)
+    chosen = {
+        name: Scheduler(load_profile(api, wanted, profiles_file, queues or None))
+        for name, wanted in scheduler_profiles(names or [], profile).items()
+    }
     identity = os.environ.get("POD_NAME") or socket.gethostname()
     lease = LeaderElector(api, identity, namespace=lease_ns)
-    return KubeCluster(api, Scheduler(chosen), identity, lease=lease)
+    scheduler = ProfileScheduler(chosen) if names else next(iter(chosen.values()))
+    return KubeCluster(api, scheduler, identity, lease=lease)
+
+
+def scheduler_profiles(names: list[str], profile: str) -> dict[str, str]:
+    """``--scheduler-name NAME=PROFILE`` options as schedulerName -> profile (none: loadmaster -> profile)."""
+    if not names:
+        return {SCHEDULER_NAME: profile}
+    found: dict[str, str] = {}
+    for text in names:
+        name, sep, wanted = text.partition("=")
+        if not sep or not name or not wanted:
+            raise ConfigError("--scheduler-name", text, "expected NAME=PROFILE, like loadmaster-batch=slurm")
+        if name in found:
+            raise ConfigError(
+                "--scheduler-name", name, "is given twice; each schedulerName takes one profile"
+            )
+        found[name] = wanted
+    return found
 
 
 @app.command("run")
@@ -55,9 +91,10 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     interval: Annotated[float, typer.Option(help="Seconds between scheduling cycles")] = 1.0,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the leader Lease")] = "loadmaster",
     max_steps: Annotated[int, typer.Option(help="Stop after this many cycles (0: run until killed)")] = 0,
+    scheduler_name: SchedulerNames = None,
 ) -> None:
     """Watch pods naming loadmaster, nodes and PodGroups; bind, evict and explain every INTERVAL s."""
-    cluster = _cluster(kubeconfig, profile, profiles_file, queues, lease_namespace)
+    cluster = _cluster(kubeconfig, profile, profiles_file, queues, lease_namespace, scheduler_name)
     cluster.start()
     try:
         deadline = time.monotonic() + 60
@@ -87,9 +124,10 @@ def dry_run(
     profile: ProfileName = "binpack",
     profiles_file: ProfilesFile = BUILTIN_PROFILES,
     queues: QueuesConfigMap = DEFAULT_CONFIGMAP,
+    scheduler_name: SchedulerNames = None,
 ) -> None:
     """One cycle on the live cluster, writing nothing: what would bind, be evicted, and why others wait."""
-    cluster = _cluster(kubeconfig, profile, profiles_file, queues, "loadmaster")
+    cluster = _cluster(kubeconfig, profile, profiles_file, queues, "loadmaster", scheduler_name)
     cluster.list_now()
     _print_plan(cluster.step(dry_run=True))
 

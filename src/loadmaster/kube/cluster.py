@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import REQUEST_TIMEOUT_S, ApiFailure, Event, Informer, LeaderElector
-from loadmaster.kube.semantics import kube_scheduler
+from loadmaster.kube.semantics import kube_scheduler, scheduler_names
 from loadmaster.kube.state import KubeState, View
 from loadmaster.model import Job, NodeTable
 from loadmaster.scheduling import Bind, CycleResult, Preempt, Scheduler
@@ -79,7 +79,7 @@ class KubeCluster:
         self.lease = lease if lease is not None else LeaderElector(api, identity, clock=clock)
         self.clock = clock
         self.write_reasons = write_reasons
-        self.state = KubeState()
+        self.state = KubeState(scheduler_names=scheduler_names(self.scheduler))
         self.changes: queue.Queue[Event] = queue.Queue()
         self.informers = {kind: Informer(kind, api, self.changes) for kind in KINDS}
         self.rollbacks: dict[str, list[str]] = {}

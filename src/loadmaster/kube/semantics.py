@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from loadmaster.errors import ModelError
+from loadmaster.kube.profiles import ProfileScheduler
+from loadmaster.kube.translate import SCHEDULER_NAME
 from loadmaster.model import MigInstance, MigPool, NodeTable
 from loadmaster.model.mig import MIG_MODELS, MigModel, mig_model_for, pack_layout
 from loadmaster.scheduling import PluginSpec, Scheduler
@@ -32,9 +34,21 @@ KUBE_PLUGINS: tuple[PluginSpec, ...] = (
 
 
 def kube_scheduler(scheduler: Scheduler) -> Scheduler:
-    """``scheduler``, or a scheduler of its profile with :data:`KUBE_PLUGINS` added where missing."""
+    """``scheduler``, or a scheduler of its profile with :data:`KUBE_PLUGINS` added where missing.
+
+    For a :class:`ProfileScheduler`, each of its profiles.
+    """
+    if isinstance(scheduler, ProfileScheduler):
+        return ProfileScheduler({name: kube_scheduler(s) for name, s in scheduler.schedulers.items()})
     profile = with_plugins(scheduler.profile, KUBE_PLUGINS, "<kubernetes default plugins>")
     return scheduler if profile is scheduler.profile else Scheduler(profile)
+
+
+def scheduler_names(scheduler: Scheduler) -> tuple[str, ...]:
+    """The ``schedulerName`` values ``scheduler`` takes pods of: its profiles', or ``loadmaster`` alone."""
+    if isinstance(scheduler, ProfileScheduler):
+        return tuple(scheduler.schedulers)
+    return (SCHEDULER_NAME,)
 
 
 def mig_layouts(

@@ -90,7 +90,7 @@ def job_trace(state: KubeState) -> Trace:
     """Every job loadmaster schedules (bound or waiting) as a canonical trace row."""
     jobs: dict[str, list[tr.Obj]] = defaultdict(list)
     for pod in sorted(state.objects["pods"].values(), key=tr.key_of):
-        if tr.is_ours(pod) and tr.is_active(pod):
+        if tr.is_ours(pod, state.scheduler_names) and tr.is_active(pod):
             jobs[tr.job_id_of(pod)].append(pod)
     rows = []
     for job_id, pods in jobs.items():

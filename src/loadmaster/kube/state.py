@@ -45,7 +45,13 @@ class View:
 class KubeState:
     """Nodes, pods and PodGroups by key, as the last list and watch events left them."""
 
-    def __init__(self, default_time_limit_s: float = tr.DEFAULT_TIME_LIMIT_S) -> None:
+    def __init__(
+        self,
+        default_time_limit_s: float = tr.DEFAULT_TIME_LIMIT_S,
+        scheduler_names: tuple[str, ...] = (tr.SCHEDULER_NAME,),
+    ) -> None:
+        self.scheduler_names = scheduler_names
+        """``schedulerName`` values whose pods are scheduled here (one per profile); others' pods use room."""
         self.objects: dict[str, dict[str, tr.Obj]] = {
             "nodes": {},
             "pods": {},
@@ -116,7 +122,7 @@ class KubeState:
             free.count_pod(pod, index)
             if not tr.is_active(pod):
                 continue
-            if tr.is_ours(pod):
+            if tr.is_ours(pod, self.scheduler_names):
                 groups[tr.job_id_of(pod)].append(pod)
             elif (node := tr.node_name_of(pod)) in index:
                 free.take_pod(pod, index[node])

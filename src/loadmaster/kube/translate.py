@@ -30,7 +30,7 @@ annotation ``loadmaster.io/cuda-compat``   ``Job.cuda_compat`` (``"true"``: imag
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_UP, Decimal, localcontext
@@ -351,9 +351,9 @@ def job_id_of(pod: Obj) -> str:
     return f"{namespace}/{group}" if group else key_of(pod)
 
 
-def is_ours(pod: Obj) -> bool:
-    """True for a pod that names loadmaster as its scheduler."""
-    return bool(pod.get("spec", {}).get("schedulerName") == SCHEDULER_NAME)
+def is_ours(pod: Obj, names: Collection[str] = (SCHEDULER_NAME,)) -> bool:
+    """True for a pod whose ``spec.schedulerName`` is one of ``names`` (loadmaster's profiles)."""
+    return pod.get("spec", {}).get("schedulerName") in names
 
 
 def is_active(pod: Obj) -> bool:
@@ -422,6 +422,7 @@ def job_from(
         affinity=affinity_of(first),
         priority_value=value,
         may_preempt=may_preempt,
+        scheduler_name=str(spec.get("schedulerName") or SCHEDULER_NAME),
     )
 
 

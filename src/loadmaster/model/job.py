@@ -49,6 +49,8 @@ class Job:
     a number resolved by the system it came from (a Kubernetes PriorityClass):
     the priority plugins then use it instead of their class table.
     ``may_preempt`` False: the job never evicts others (``preemptionPolicy: Never``).
+    ``scheduler_name`` names the profile that schedules the job where one
+    process runs several (Kubernetes ``spec.schedulerName``); None: the only one.
     """
 
     id: str
@@ -71,6 +73,7 @@ class Job:
     affinity: NodeAffinity | None = None
     priority_value: int | None = None
     may_preempt: bool = True
+    scheduler_name: str | None = None
 
     def __post_init__(self) -> None:
         if self.tasks < 1:
