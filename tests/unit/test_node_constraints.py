@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
 from builders import a_cluster, a_job, a_node, a_snapshot, bind_of, cycle, nodes_of, profile
+from loadmaster.config import load_cluster
 from loadmaster.model import (
     NodeAffinity,
     PreferredTerm,
@@ -242,3 +243,23 @@ def test_a_resolved_priority_value_replaces_the_class_table_and_never_preempts_w
     assert [d.job_id for d in result.decisions if isinstance(d, Preempt)] == ["low"]
     result = cycle(chosen, a_snapshot(table).running(low, "n0").pending(polite).build(), now=10)
     assert not [d for d in result.decisions if isinstance(d, Preempt)]
+
+
+def test_a_simulated_cluster_can_taint_nodes_and_a_profile_honour_it(tmp_path: Path) -> None:
+    spec = """\
+name: tainted
+resource_types:
+  gpu: {gpu_model: test, gpu_memory_mib: 80000, cpu_milli_per_gpu: 0, memory_mib_per_gpu: 0}
+pools:
+  default:
+    node_groups:
+      - {name: infer, count: 1, resource_type: gpu, gpus: 8, taints: [{key: dedicated, value: inference}]}
+      - {name: train, count: 1, resource_type: gpu, gpus: 4}
+"""
+    (tmp_path / "c.yaml").write_text(spec)
+    table = load_cluster(str(tmp_path / "c.yaml")).nodes
+    assert table.nodes[0].taints == (Taint("dedicated", "inference", "NoSchedule"),)
+    snapshot = a_snapshot(table).pending(a_job("j").gpus(8), a_job("k").gpus(4).submitted(1)).build()
+    honoured = cycle(profile("fifo", "gang", "binpack", "taint-toleration", strict=False), snapshot)
+    assert bind_of(honoured, "j") is None and nodes_of(table, bind_of(honoured, "k")) == ["train-000"]  # type: ignore[arg-type]
+    assert nodes_of(table, bind_of(cycle(profile("fifo", "gang", "binpack"), snapshot), "j")) == ["infer-000"]  # type: ignore[arg-type]

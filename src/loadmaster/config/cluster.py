@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loadmaster.config.yamlfile import YamlDocument, find_document, validate
 from loadmaster.errors import ModelError
-from loadmaster.model import MigPoolConfig, Node, NodeTable, ResourceType
+from loadmaster.model import MigPoolConfig, Node, NodeTable, ResourceType, Taint
 from loadmaster.model.cuda import DriverVersion, driver_labels
 from loadmaster.model.mig import SMALLEST_FIT, MigModel, mig_model_for, parse_layout, profile_name
 
@@ -43,6 +43,14 @@ class ResourceTypeSpec(_Strict):
     interconnect: Literal["infiniband", "ethernet"] = "ethernet"
 
 
+class TaintSpec(_Strict):
+    """A node taint as Kubernetes writes it; jobs that do not tolerate it keep off (``taint-toleration``)."""
+
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
 class NodeGroupSpec(_Strict):
     """``count`` identical nodes, named ``<name>-000`` and on, spread evenly over ``racks`` racks."""
 
@@ -58,6 +66,7 @@ class NodeGroupSpec(_Strict):
     driver_version: str | None = Field(default=None, pattern=r"^\d+\.\d+(\.\d+)?$")
     """NVIDIA driver of these nodes (``535.104.05``), written as GPU feature discovery's
     ``nvidia.com/cuda.driver.*`` labels for the ``cuda-compat`` plugin; default: not declared."""
+    taints: list[TaintSpec] = Field(default_factory=list)
 
 
 class MigSpec(_Strict):
@@ -195,6 +204,7 @@ def _expand(pool: str, group: NodeGroupSpec, rtype: ResourceType) -> list[Node]:
             cpu_milli=cpu,
             memory_mib=memory,
             labels=dict(labels),
+            taints=tuple(Taint(t.key, t.value, t.effect) for t in group.taints),
         )
         for i in range(group.count)
     ]

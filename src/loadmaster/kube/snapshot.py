@@ -53,9 +53,9 @@ def cluster_spec(nodes: list[Node], name: str) -> dict[str, Any]:
     for node in nodes:
         labels = tuple(sorted((k, v) for k, v in node.labels.items() if k not in _SKIPPED_LABELS))
         key = (node.pool, node.zone, node.resource_type, node.gpus, node.cpu_milli, node.memory_mib, labels)
-        groups[key].append(node)
+        groups[(*key, node.taints)].append(node)
     pools: dict[str, dict[str, Any]] = defaultdict(lambda: {"node_groups": []})
-    for (pool, zone, rtype, gpus, cpu, memory, labels), members in groups.items():
+    for (pool, zone, rtype, gpus, cpu, memory, labels, taints), members in groups.items():
         node_groups = pools[pool]["node_groups"]
         node_groups.append(
             {
@@ -68,6 +68,7 @@ def cluster_spec(nodes: list[Node], name: str) -> dict[str, Any]:
                 "zone": zone,
                 "racks": len({n.rack for n in members}),
                 "labels": dict(labels),
+                "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints],
             }
         )
     return {
