@@ -5,6 +5,9 @@ builds each cycle's snapshot from the watched objects, :mod:`api` wraps the
 official client (informers, leader Lease), :mod:`cluster` is the loop body
 (:class:`KubeCluster`), :mod:`queues` merges the queues/quotas ConfigMap into
 the profile, :mod:`snapshot` turns the live cluster into a cluster spec and a
-trace, and :mod:`testing` is the in-process API double the contract tests and
-the benchmark drive the official client against.
+trace, :mod:`semantics` adds kube-scheduler's default plugins to every
+profile and turns advertised MIG devices into a MIG pool, :mod:`profiles`
+runs several profiles by ``schedulerName``, and :mod:`testing` is the
+in-process API double the contract tests and the benchmark drive the
+official client against.
 """

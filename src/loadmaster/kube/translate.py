@@ -24,6 +24,12 @@ pod label ``loadmaster.io/user``           ``Job.user`` (default: the namespace)
 annotation ``loadmaster.io/gpus``          the GPU indices a bound pod holds
 annotation ``loadmaster.io/cuda``          ``Job.cuda`` (else the container env ``CUDA_VERSION``)
 annotation ``loadmaster.io/cuda-compat``   ``Job.cuda_compat`` (``"true"``: image has cuda-compat)
+node ``spec.taints``, ``unschedulable``    ``Node.taints``, ``Node.unschedulable``
+allocatable ``pods``                       ``Node.max_pods``
+pod ``spec.tolerations``                   ``Job.tolerations``
+pod ``spec.affinity.nodeAffinity``         ``Job.affinity``
+``spec.priority``, PriorityClass           ``Job.priority_value``, ``Job.may_preempt``
+``spec.schedulerName``                     ``Job.scheduler_name``
 ========================================  =============================================
 """
 
