@@ -159,3 +159,61 @@ def test_a_pod_priority_resolves_as_priority_admission_does(
 ) -> None:
     assert tr.priority_of(_pod(**spec), CLASSES) == (value, may_preempt)
     assert tr.priority_of(_pod(**spec), {}) == (spec.get("priority"), spec.get("preemptionPolicy") != "Never")
+
+
+def _container(**requests: str) -> dict[str, object]:
+    return {"name": "c", "resources": {"requests": requests}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # init containers run first, one at a time: the largest counts where it is more than the sum
+        (
+            {
+                "containers": [_container(cpu="1")],
+                "initContainers": [_container(cpu="4"), _container(cpu="2")],
+            },
+            (0, 4000, 0, None),
+        ),
+        # a sidecar (restartPolicy Always) runs beside the containers: summed
+        (
+            {
+                "containers": [_container(cpu="1")],
+                "initContainers": [{**_container(cpu="2"), "restartPolicy": "Always"}],
+            },
+            (0, 3000, 0, None),
+        ),
+        (
+            {"containers": [_container(cpu="1")], "overhead": {"cpu": "250m", "memory": "64Mi"}},
+            (0, 1250, 64, None),
+        ),
+        ({"containers": [_container(**{"nvidia.com/mig-1g.10gb": "1"})]}, (0, 0, 0, "1g.10gb")),
+        (
+            {"containers": [_container(**{"nvidia.com/mig-1g.10gb": "1", "nvidia.com/gpu": "1"})]},
+            (1000, 0, 0, None),
+        ),
+        (
+            {"containers": [_container(**{"nvidia.com/mig-strategy-x": "1"})]},
+            (0, 0, 0, None),
+        ),  # not a profile
+        (
+            {"containers": [_container(**{"nvidia.com/gpu": "1E"}), _container(**{"nvidia.com/gpu": "1E"})]},
+            (tr.AMOUNT_CAP * 1000, 0, 0, None),
+        ),
+    ],
+)
+def test_a_pod_requests_what_kube_scheduler_counts(
+    spec: dict[str, object], expected: tuple[object, ...]
+) -> None:
+    request = tr.pod_request({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec})
+    assert (request.gpu_milli, request.cpu_milli, request.memory_mib, request.mig_profile) == expected
+
+
+def test_an_init_container_runs_beside_the_sidecars_started_before_it() -> None:
+    spec = {
+        "containers": [_container(cpu="1")],
+        "initContainers": [{**_container(cpu="2"), "restartPolicy": "Always"}, _container(cpu="5")],
+    }
+    request = tr.pod_request({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec})
+    assert request.cpu_milli == 7000  # max(1 + 2, 2 + 5)

@@ -86,6 +86,7 @@ _BINARY_CAP = Decimal(2**63 - 1)
 _NANO = Decimal("1e-9")
 _EXPONENT_BOUND = 100
 _PRECISION = 2 * _EXPONENT_BOUND + 40
+_MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
 AMOUNT_CAP = 2**50
 """Largest amount (milli-cores, MiB, devices) a translated quantity keeps: a valid quantity is not
 bounded (``1E`` CPUs is one), but the per-node arrays are int64 and sum many pods' amounts."""
@@ -237,24 +238,66 @@ def resource_types(nodes: Sequence[Node]) -> dict[str, ResourceType]:
 
 
 def pod_request(pod: Obj) -> TaskRequest:
-    """What one pod asks for: the sum of its containers' requests (limits for extended resources)."""
+    """What one pod asks for, as kube-scheduler counts it (k8s.io/component-helpers resource ``PodRequests``).
+
+    The sum of its containers' requests (limits for extended resources, which
+    have no separate request) and sidecars' (init containers that restart
+    ``Always``), or the largest init container's with the sidecars started
+    before it, where that is more (init containers run one at a time, before
+    the others), plus ``spec.overhead``. A MIG device is one of its profile; a pod asking
+    for whole GPUs too is counted by its GPUs (a task holds one or the other).
+    A resource name that is not a MIG profile is left out, like any extended
+    resource loadmaster does not model.
+    """
     name = key_of(pod)
-    gpus = cpu = memory = 0
+    spec = pod.get("spec", {})
+    total, sidecars, init = [0, 0, 0], [0, 0, 0], [0, 0, 0]
     mig: str | None = None
-    for container in pod.get("spec", {}).get("containers") or ():
-        resources = container.get("resources") or {}
-        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for key, value in wanted.items():
-            field = f"pod {name} {key}"
-            if key == GPU_RESOURCE:
-                gpus += count(value, field)
-            elif key.startswith(MIG_PREFIX):
-                mig = key.removeprefix(MIG_PREFIX)
-            elif key == "cpu":
-                cpu += cpu_milli(value, field)
-            elif key == "memory":
-                memory += memory_mib(value, field, up=True)
-    return TaskRequest(gpu_milli=gpus * MILLI_PER_GPU, cpu_milli=cpu, memory_mib=memory, mig_profile=mig)
+    for container in spec.get("containers") or ():
+        amounts, wanted_mig = _container_request(container, name)
+        total, mig = _add(total, amounts), wanted_mig or mig
+    for container in spec.get("initContainers") or ():
+        amounts, wanted_mig = _container_request(container, name)
+        mig = mig or wanted_mig
+        if container.get("restartPolicy") == "Always":  # a sidecar: runs on beside what follows
+            total, sidecars = _add(total, amounts), _add(sidecars, amounts)
+            amounts = sidecars
+        else:
+            amounts = _add(amounts, sidecars)
+        init = [max(a, b) for a, b in zip(init, amounts, strict=True)]
+    total = [max(a, b) for a, b in zip(total, init, strict=True)]
+    overhead = spec.get("overhead") or {}
+    gpus, cpu, memory = (min(amount, AMOUNT_CAP) for amount in total)
+    cpu += cpu_milli(overhead["cpu"], f"pod {name} overhead cpu") if "cpu" in overhead else 0
+    memory += (
+        memory_mib(overhead["memory"], f"pod {name} overhead memory", up=True) if "memory" in overhead else 0
+    )
+    return TaskRequest(
+        gpu_milli=gpus * MILLI_PER_GPU, cpu_milli=cpu, memory_mib=memory, mig_profile=None if gpus else mig
+    )
+
+
+def _add(one: list[int], other: list[int]) -> list[int]:
+    return [a + b for a, b in zip(one, other, strict=True)]
+
+
+def _container_request(container: Obj, pod: str) -> tuple[list[int], str | None]:
+    """[GPUs, milli-CPU, MiB] one container asks for, and the MIG profile it asks for (if any)."""
+    resources = container.get("resources") or {}
+    wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    amounts = [0, 0, 0]
+    mig: str | None = None
+    for key, value in wanted.items():
+        field = f"pod {pod} {key}"
+        if key == GPU_RESOURCE:
+            amounts[0] += count(value, field)
+        elif key.startswith(MIG_PREFIX) and _MIG_PROFILE.match(key.removeprefix(MIG_PREFIX)):
+            mig = key.removeprefix(MIG_PREFIX) if count(value, field) > 0 else mig
+        elif key == "cpu":
+            amounts[1] += cpu_milli(value, field)
+        elif key == "memory":
+            amounts[2] += memory_mib(value, field, up=True)
+    return amounts, mig
 
 
 def tolerations_of(pod: Obj) -> tuple[Toleration, ...]:
