@@ -289,3 +289,13 @@ def test_several_profiles_by_scheduler_name_in_one_process(api: KubeApiDouble) -
         assert where["spread-0"] == where["spread-1"] != where["packed-0"]
     finally:
         cluster.stop()
+
+
+def test_any_valid_mig_count_packs_quickly_and_keeps_every_device() -> None:
+    found = mig_layouts("NVIDIA-A100-SXM4-80GB", {"1g.10gb": 10**6, "3g.40gb": 5, "1g.20gb": 50})
+    assert found is not None
+    counts: dict[str, int] = {}
+    for layout in found[1]:
+        for instance in layout:
+            counts[instance.profile] = counts.get(instance.profile, 0) + 1
+    assert counts == {"1g.10gb": 112, "3g.40gb": 5, "1g.20gb": 50}  # at most 7 x 16 of one profile

@@ -51,6 +51,11 @@ def scheduler_names(scheduler: Scheduler) -> tuple[str, ...]:
     return (SCHEDULER_NAME,)
 
 
+MAX_MIG_DEVICES = 7 * 16
+"""MIG devices of one profile a node is taken to have at most (7 per GPU, 16 GPUs): any quantity is a
+valid count, and the packing must stay small."""
+
+
 def mig_layouts(
     gpu_product: str, counts: Mapping[str, int]
 ) -> tuple[MigModel, list[tuple[MigInstance, ...]]] | None:
@@ -75,16 +80,24 @@ def mig_layouts(
     chosen = model
     gpus: list[list[str]] = []
     for name in sorted(names, key=lambda n: (-chosen.profile(n).size, n)):
-        for _ in range(counts[name]):
-            target = next((g for g in gpus if _fits(chosen, [*g, name])), None)
-            if target is None:
-                gpus.append([name])
-            else:
-                target.append(name)
+        first = 0  # GPUs before it refused this profile once: adding more never makes room
+        for _ in range(min(counts[name], MAX_MIG_DEVICES)):
+            while first < len(gpus) and not _fits(chosen, [*gpus[first], name]):
+                first += 1
+            if first == len(gpus):
+                gpus.append([])
+            gpus[first].append(name)
     return chosen, [pack_layout(chosen, gpu) for gpu in gpus]
 
 
 def _fits(model: MigModel, profiles: list[str]) -> bool:
+    chosen = [model.profile(name) for name in profiles]
+    if (
+        sum(p.compute_slices for p in chosen) > model.compute_slices
+        or sum(p.size for p in chosen) > model.memory_slots
+        or any(profiles.count(p.name) > p.max_per_gpu for p in chosen)
+    ):
+        return False  # the cheap necessary conditions first: the search below is exponential in repeats
     try:
         pack_layout(model, profiles)
     except ModelError:
