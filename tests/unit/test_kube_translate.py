@@ -217,3 +217,14 @@ def test_an_init_container_runs_beside_the_sidecars_started_before_it() -> None:
     }
     request = tr.pod_request({"metadata": {"name": "p", "namespace": "ns"}, "spec": spec})
     assert request.cpu_milli == 7000  # max(1 + 2, 2 + 5)
+
+
+def test_a_node_advertising_a_huge_gpu_count_is_capped() -> None:
+    node = {
+        "metadata": {"name": "n0"},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": "1e6"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    assert tr.node_from(node).node.gpus == tr.MAX_NODE_GPUS

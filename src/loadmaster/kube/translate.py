@@ -87,6 +87,9 @@ _NANO = Decimal("1e-9")
 _EXPONENT_BOUND = 100
 _PRECISION = 2 * _EXPONENT_BOUND + 40
 _MIG_PROFILE = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
+MAX_NODE_GPUS = 256
+"""GPUs a node is taken to have at most: the per-GPU arrays are nodes x the largest node's GPUs, and
+any quantity is a valid count (time-slicing advertises a few replicas per GPU, 8 x 10 = 80, say)."""
 AMOUNT_CAP = 2**50
 """Largest amount (milli-cores, MiB, devices) a translated quantity keeps: a valid quantity is not
 bounded (``1E`` CPUs is one), but the per-node arrays are int64 and sum many pods' amounts."""
@@ -198,7 +201,9 @@ def node_from(obj: Obj) -> NodeInfo:
         zone=zone,
         rack=labels.get(RACK_LABEL, zone),
         resource_type=labels.get(TYPE_LABEL) or labels.get(PRODUCT_LABEL) or "gpu",
-        gpus=count(allocatable.get(GPU_RESOURCE, 0), f"node {name} {GPU_RESOURCE}", up=False),
+        gpus=min(
+            count(allocatable.get(GPU_RESOURCE, 0), f"node {name} {GPU_RESOURCE}", up=False), MAX_NODE_GPUS
+        ),
         cpu_milli=cpu_milli(allocatable.get("cpu", 0), f"node {name} cpu", up=False),
         memory_mib=memory_mib(allocatable.get("memory", 0), f"node {name} memory"),
         labels=labels,
