@@ -5,9 +5,10 @@ and implements only their methods. Its arguments are a dataclass named
 ``Args`` with defaults and docstrings. The framework calls the points in this
 order for each job: ``order`` (sort the queue), ``admit`` (may it be
 considered now), ``filter`` and ``score`` (which nodes, best first),
-``place_gang`` (topology of the whole gang), ``permit`` (may a partial or
-whole placement be committed), and, for a job left waiting, ``reserve``;
-``select_victims`` serves preemption.
+``place_gang`` (topology of the whole gang), ``choose_gpus`` (which GPUs of
+the node a task takes), ``permit`` (may a partial or whole placement be
+committed), and, for a job left waiting, ``reserve``; ``select_victims``
+serves preemption.
 """
 
 from __future__ import annotations
@@ -141,6 +142,21 @@ class ScorePlugin(Plugin):
     """
 
     def score(self, job: Job, request: TaskRequest, ctx: CycleContext) -> FloatArray:
+        raise NotImplementedError
+
+
+class GpuChoicePlugin(Plugin):
+    """``choose_gpus``: which GPUs of the chosen node one task takes.
+
+    Without one, a task takes the lowest wholly free GPUs, or the GPU whose
+    free share fits a fractional request best (``fit.choose_gpus``). Every
+    placement path asks the profile's first such plugin (a score plugin of
+    the sharing family, say): the scheduler's placement, and drivers that
+    place tasks themselves (the FGD validation). It must return GPUs of
+    ``node`` with room for ``request`` in ``ctx.state``.
+    """
+
+    def choose_gpus(self, job: Job, request: TaskRequest, node: int, ctx: CycleContext) -> tuple[int, ...]:
         raise NotImplementedError
 
 

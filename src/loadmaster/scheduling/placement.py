@@ -8,7 +8,7 @@ NVLink/PCIe, or one InfiniBand leaf switch, wherever possible.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +22,7 @@ from loadmaster.scheduling.framework import (
     BoolArray,
     CycleContext,
     FloatArray,
+    GpuChoicePlugin,
     PlaceGangPlugin,
     ScorePlugin,
 )
@@ -83,9 +84,15 @@ def _best(candidates: BoolArray, scores: FloatArray) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Scoring:
-    """The score plugins of a profile with their weights."""
+    """The score plugins of a profile with their weights, and the first that chooses GPUs (if any)."""
 
     plugins: tuple[tuple[ScorePlugin, float], ...]
+    gpu_choice: GpuChoicePlugin | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpu_choice is None:
+            found = next((p for p, _ in self.plugins if isinstance(p, GpuChoicePlugin)), None)
+            object.__setattr__(self, "gpu_choice", found)
 
     def combined(self, pending: PendingJob, ctx: CycleContext) -> FloatArray:
         if len(self.plugins) == 1 and self.plugins[0][1] == 1.0:
@@ -116,7 +123,7 @@ def place_job(
     used: list[int] = []
     placed: list[TaskPlacement] = []
     choose = topology.choose_node if topology is not None else default_choose_node
-    take = _take_task
+    take = _task_taker(pending, scoring)
     if request.mig_profile is not None:
         # MIG instances cannot talk over NVLink: a gang of them gains nothing from sharing a node
         # or a rack, so no topology rule applies: the best-scoring node with room, then the next.
@@ -147,15 +154,33 @@ def _place_one(
     if not fits.any():
         return [], unschedulable(_shortfall(pending, [], allowed, ctx), "fit")
     node = _best(fits, scoring.combined(pending, ctx))
-    take = _take_task if request.mig_profile is None else _take_mig_task
+    take = _task_taker(pending, scoring) if request.mig_profile is None else _take_mig_task
     return [take(ctx, node, request)], SUCCESS
 
 
-def _take_task(ctx: CycleContext, node: int, request: TaskRequest) -> TaskPlacement:
-    """One task of ``request`` on ``node``'s chosen GPUs, taken from ``ctx.state``."""
+def _task_taker(
+    pending: PendingJob, scoring: Scoring
+) -> Callable[[CycleContext, int, TaskRequest], TaskPlacement]:
+    """``_take_task`` with the GPUs chosen by the profile's GPU-choice plugin, where it has one."""
+    choice = scoring.gpu_choice
+    if choice is None:
+        return _take_task
+    job = pending.job
+
+    def take(ctx: CycleContext, node: int, request: TaskRequest) -> TaskPlacement:
+        return _take_task(ctx, node, request, choice.choose_gpus(job, request, node, ctx))
+
+    return take
+
+
+def _take_task(
+    ctx: CycleContext, node: int, request: TaskRequest, gpus: tuple[int, ...] | None = None
+) -> TaskPlacement:
+    """One task of ``request`` on ``node``'s chosen GPUs (``gpus``, else ``fit.choose_gpus``), taken from
+    ``ctx.state``."""
     placement = TaskPlacement(
         node=node,
-        gpu_indices=fit.choose_gpus(ctx.state, node, request),
+        gpu_indices=gpus if gpus is not None else fit.choose_gpus(ctx.state, node, request),
         gpu_milli=min(request.gpu_milli, MILLI_PER_GPU),
         cpu_milli=request.cpu_milli,
         memory_mib=request.memory_mib,

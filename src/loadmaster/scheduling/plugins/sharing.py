@@ -5,7 +5,9 @@ task takes (:meth:`SharingPolicy.choose_gpus`): for a task that asks for a
 share of one GPU, that choice is half of the policy. Scores follow the FGD
 authors' simulator: whole numbers from 0 to 100 (``integer_scores``), which
 ties many nodes; the driver breaks ties (lowest node index here, the node
-order being a random permutation in the openb experiment).
+order being a random permutation in the openb experiment). The GPU choice
+is the framework's ``choose_gpus`` extension point: the scheduler's placement
+(simulator, Kubernetes) and the FGD validation make the same choice.
 
 | plugin | node score (higher wins) | GPU for a share |
 |---|---|---|
@@ -29,7 +31,7 @@ from pydantic import Field
 
 from loadmaster.model import MILLI_PER_GPU, Job, TaskPlacement, TaskRequest
 from loadmaster.scheduling import fit
-from loadmaster.scheduling.framework import CycleContext, FloatArray, Plugin, ScorePlugin
+from loadmaster.scheduling.framework import CycleContext, FloatArray, GpuChoicePlugin, Plugin, ScorePlugin
 from loadmaster.scheduling.plugins.fragmentation import (
     CompiledWorkload,
     IntArray,
@@ -55,8 +57,8 @@ class ScaleArgs:
     """Milli-GPU of the largest node: the GPU axis is divided by it."""
 
 
-class SharingPolicy(ScorePlugin):
-    """A score plugin that also chooses the GPUs of the node a task lands on.
+class SharingPolicy(ScorePlugin, GpuChoicePlugin):
+    """A score plugin that also chooses the GPUs of the node a task lands on (``choose_gpus``).
 
     Drivers that place tasks themselves call :meth:`choose_gpus` for the
     chosen node and :meth:`on_placed` after taking the placement.
