@@ -181,7 +181,11 @@ def key_of(obj: Obj) -> str:
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """A node as the model sees it, whether it takes new pods, and its MIG devices per profile."""
+    """A node as the model sees it, whether it takes new pods, and its MIG devices per profile.
+
+    ``schedulable`` is False for a node that is not Ready; a cordon is in ``node.unschedulable``, for
+    the ``node-unschedulable`` plugin to judge (a job may tolerate it).
+    """
 
     node: Node
     schedulable: bool
