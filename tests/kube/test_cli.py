@@ -146,3 +146,21 @@ def test_a_bad_queues_configmap_is_named_in_the_error(api: KubeApiDouble, text: 
 
 def test_no_configmap_means_the_profile_as_written() -> None:
     assert plugin_args_from(a_queues_configmap("")) == {}
+
+
+def test_run_schedules_each_scheduler_name_with_its_profile(api: KubeApiDouble, kubeconfig: Path) -> None:
+    for i in range(2):
+        api.create("nodes", a_node(f"n{i}"))
+    mine = a_pod("batch", 4)
+    mine["spec"]["schedulerName"] = "loadmaster-batch"
+    api.create("pods", mine)
+    api.create("pods", a_pod("plain", 4))
+    other = a_pod("other", 4)
+    other["spec"]["schedulerName"] = "someone-else"
+    api.create("pods", other)
+    base = ["--kubeconfig", str(kubeconfig), "--queues", ""]
+    names = ["--scheduler-name", "loadmaster=binpack", "--scheduler-name", "loadmaster-batch=slurm"]
+    invoke("kube", "run", *base, *names, "--max-steps", "1", "--interval", "0")
+    assert sorted(key for key, _ in api.bindings) == ["team-a/batch", "team-a/plain"]
+    result = runner.invoke(app, ["kube", "dry-run", *base, "--scheduler-name", "loadmaster"])
+    assert isinstance(result.exception, ConfigError) and "NAME=PROFILE" in str(result.exception)
