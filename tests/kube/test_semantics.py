@@ -299,3 +299,20 @@ def test_any_valid_mig_count_packs_quickly_and_keeps_every_device() -> None:
         for instance in layout:
             counts[instance.profile] = counts.get(instance.profile, 0) + 1
     assert counts == {"1g.10gb": 112, "3g.40gb": 5, "1g.20gb": 50}  # at most 7 x 16 of one profile
+
+
+def test_the_bound_pods_of_a_gang_short_of_pods_still_hold_their_gpus(
+    api: KubeApiDouble, cluster: KubeCluster
+) -> None:
+    api.create("nodes", a_node("n0"))
+    api.create("podgroups", a_pod_group("g", 4))
+    for i in range(2):  # two members bound (a third was deleted), one recreated and waiting: 3 of 4
+        member = a_pod(f"g-{i}", 4, "g")
+        member["spec"]["nodeName"] = "n0"
+        api.create("pods", member)
+    api.create("pods", a_pod("g-2", 4, "g"))
+    api.create("pods", pod("other", 4))
+    report = step(api, cluster)
+    assert report.bound == []  # n0's 8 GPUs are held by g-0 and g-1
+    assert "gpu" in report.waiting["team-a/other"]
+    assert report.waiting["team-a/g"] == "gang has 3 of minMember 4 pods"

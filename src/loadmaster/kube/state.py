@@ -161,6 +161,8 @@ class KubeState:
         elif len(pods) < min_member and unbound:
             view.incomplete[job_id] = f"gang has {len(pods)} of minMember {min_member} pods"
         if job_id in view.incomplete:
+            for pod in bound:  # not offered to the scheduler, but what it holds is in use
+                free.take_pod(pod, index[str(tr.node_name_of(pod))])
             view.unbound[job_id] = [tr.key_of(p) for p in unbound]  # their pods are told why they wait
             return
         job = tr.job_from(job_id, pods, group, self.default_time_limit_s, self._classes)
@@ -226,7 +228,7 @@ class _Free:
         return TaskPlacement(node, (), 0, request.cpu_milli, request.memory_mib, mig=slot)
 
     def close(self, node: int) -> None:
-        """A node that takes no new pod (cordoned, not Ready): nothing free on it."""
+        """A node that takes no new pod (not Ready): nothing free on it."""
         self.gpu[node] = 0
         self.cpu[node] = 0
         self.memory[node] = 0
