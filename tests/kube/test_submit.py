@@ -268,9 +268,9 @@ def test_an_interactive_session_takes_a_mig_slice_in_the_interactive_pool(
     assert template["metadata"]["labels"]["loadmaster.io/interactive"] == "true"
     assert template["metadata"]["annotations"]["loadmaster.io/reclaim"] == "first"
     assert "port-forward" in out and "8888:8888" in out and "MIG slice 1g.10gb" in out
-    step(api)
+    assert [node for _, node in step(api)] == ["i0"]  # KubeCluster places MIG pods (docs/kubernetes.md)
     status = json.loads(invoke("status", "nb", "--json"))
-    assert status["interactive"] and status["state"] == "pending" and status["reason"]
+    assert status["interactive"] and status["state"] == "running"
 
 
 def test_dry_run_prints_valid_manifests_and_needs_no_cluster(alice: None) -> None:
