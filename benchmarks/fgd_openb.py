@@ -46,7 +46,7 @@ from loadmaster.validation.fgd import (
     run_seed,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
+DATA = Path(__file__).resolve().parents[1] / "data" / "reference" / "openb"
 RESULTS = Path(__file__).resolve().parent / "results"
 REFERENCE_DRAWS = Path(__file__).resolve().parent / "workloads" / "openb_reference_draws.json.gz"
 IDENTICAL_PP = 0.005

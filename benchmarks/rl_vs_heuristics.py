@@ -71,9 +71,9 @@ from loadmaster.validation.deepjs_learned import TEST_CHUNKS, compare_choosers, 
 from loadmaster.validation.rlscheduler import SEQUENCE_STARTS, compare_learned
 from results_io import print_targets, seed_range, write_results
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-SWF = SHARED / "swf" / "lublin_256.swf"
-JOBS_CSV = SHARED / "cloudsimpy" / "jobs.csv"
+REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference"
+SWF = REFERENCE / "swf" / "lublin_256.swf"
+JOBS_CSV = REFERENCE / "cloudsimpy" / "jobs.csv"
 DEEPJS_METRICS = {
     "avg_bounded_slowdown": "mean_bounded_slowdown",
     "makespan": "makespan",
@@ -180,14 +180,14 @@ def rlscheduler_table() -> dict[str, dict[str, float]]:
     """Mean bounded slowdown of learned (``lublin``, ``lublin-backfill``), SJF and F1 on the protocol's
     ten sequences, each checkpoint also in the other mode."""
     if not SWF.is_file():
-        raise SystemExit(f"missing {SWF} (see ../shared/data/README.md)")
+        raise SystemExit(f"missing {SWF} (see data/reference/README.md)")
     return compare_learned(SWF, cross=True)
 
 
 def deepjs_table() -> dict[str, dict[str, float]]:
     """Every chooser on the DeepJS evaluation chunks (none trained on): chooser -> metric -> mean."""
     if not JOBS_CSV.is_file():
-        raise SystemExit(f"missing {JOBS_CSV} (see ../shared/data/README.md)")
+        raise SystemExit(f"missing {JOBS_CSV} (see data/reference/README.md)")
     return {
         name: {ours: means[theirs] for theirs, ours in DEEPJS_METRICS.items()}
         for name, means in compare_choosers(JOBS_CSV).items()

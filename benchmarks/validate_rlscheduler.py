@@ -2,8 +2,8 @@
 
 Five policies (FCFS, WFP3, UNICEP, SJF, F1), with and without EASY
 backfilling, on the 10 published sequences of 1,024 jobs of
-``../shared/data/swf/lublin_256.swf``; the published per-sequence values are
-``../shared/data/swf/rlscheduler_reference_heuristics.json``. Every run goes
+``data/reference/swf/lublin_256.swf``; the published per-sequence values are
+``data/reference/swf/rlscheduler_reference_heuristics.json``. Every run goes
 through ``loadmaster.sim.simulate`` with an ordinary scheduling profile (see
 ``loadmaster.validation.rlscheduler`` and docs/validation.md). A cell passes
 when our value and the published one agree to 2 decimals (differ by at most
@@ -36,7 +36,7 @@ from loadmaster.validation.rlscheduler import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "swf"
+DATA = ROOT / "data" / "reference" / "swf"
 TRACE = DATA / "lublin_256.swf"
 REFERENCE = DATA / "rlscheduler_reference_heuristics.json"
 RESULTS = ROOT / "benchmarks" / "results" / "validate_rlscheduler.json"
@@ -109,7 +109,7 @@ def main() -> None:
     args = parser.parse_args()
     for path in (TRACE, REFERENCE):
         if not path.exists():
-            sys.exit(f"missing {path} (see ../shared/data/README.md)")
+            sys.exit(f"missing {path} (see data/reference/README.md)")
     published = read_reference(REFERENCE)
     started = time.perf_counter()
     ours = reproduce(TRACE, starts=published.starts, workers=args.workers)

@@ -6,8 +6,6 @@ still while the page is checked. Screenshots go to out/test-artifacts/.
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import threading
 import time
@@ -19,6 +17,7 @@ import pytest
 import uvicorn
 from playwright.sync_api import sync_playwright
 
+from conftest import system_tool
 from loadmaster.serve import DemoOptions, build_demo, create_app
 
 pytestmark = pytest.mark.browser
@@ -28,11 +27,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
 
 
 def _need_chromium() -> None:
-    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-        message = f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    system_tool("chromium", CHROMIUM)
 
 
 def _free_port() -> int:

@@ -1,7 +1,7 @@
 """tools/openb-draws (Go, standard library only) writes exactly the shipped reference draws.
 
-Needs the Go toolchain (Debian ``golang-go``, which .ci/run installs): skipped
-without it, but a failure under CI=true.
+Needs the Go toolchain (Debian ``golang-go``, which .ci/run installs): a failure
+without it, naming the command that installs it.
 """
 
 from __future__ import annotations
@@ -9,13 +9,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from conftest import shared_data
+from conftest import reference_data, system_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "openb-draws"
@@ -23,13 +20,7 @@ SHIPPED = ROOT / "benchmarks" / "workloads" / "openb_reference_draws.json.gz"
 
 
 def _go() -> str:
-    go = shutil.which("go")
-    if go is None:
-        message = "the Go toolchain is missing (apt-get install golang-go)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return go
+    return system_tool("go")
 
 
 def _run(go: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -41,7 +32,7 @@ def _run(go: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str
 
 def test_the_tool_writes_the_shipped_draws(tmp_path: Path) -> None:
     go = _go()
-    pods = shared_data("openb/openb_pod_list_default.csv")
+    pods = reference_data("openb/openb_pod_list_default.csv")
     done = _run(go, tmp_path, "-pods", str(pods), "-gpus", "6212", "-nodes", "1213", "-seeds", "42-51")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == json.loads(gzip.decompress(SHIPPED.read_bytes()))

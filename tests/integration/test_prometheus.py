@@ -7,8 +7,6 @@ operator's bearer token as a production Prometheus would).
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -22,6 +20,7 @@ import numpy as np
 import pytest
 import uvicorn
 
+from conftest import system_tool
 from loadmaster.serve import DemoOptions, build_demo, create_app
 from loadmaster.serve.demo import Demo
 from loadmaster.telemetry import field
@@ -60,12 +59,7 @@ def source() -> MemoryStore:
 
 
 def _prometheus_binary() -> str:
-    binary = shutil.which("prometheus") or (PROMETHEUS if Path(PROMETHEUS).exists() else None)
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the prometheus binary is missing; CI must install it (.ci/run)")
-        pytest.skip("the prometheus binary is not installed")
-    return binary
+    return system_tool("prometheus", PROMETHEUS)
 
 
 def run_prometheus(folder: Path, target: str, extra: str = "") -> tuple[str, subprocess.Popen[bytes]]:

@@ -1,7 +1,7 @@
 """The DeepJS setup (CloudSimPy Non_DAG): the loop by hand, the choosers, bad input, golden runs.
 
 The golden test reruns CloudSimPy's Random, FirstFit and Tetris on the 10
-reference chunks of ../shared/data/cloudsimpy/jobs.csv and compares makespan,
+reference chunks of data/reference/cloudsimpy/jobs.csv and compares makespan,
 avg_completion and avg_slowdown with reference_runs_heuristics.json (about
 5 s on two cores). See docs/deepjs.md for the semantics checked here.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.errors import ModelError, SimulationError
 from loadmaster.traces import TraceError
 from loadmaster.validation.deepjs import (
@@ -331,8 +331,8 @@ POLICIES = ("Random", "FirstFit", "Tetris")
 
 @pytest.fixture(scope="module")
 def golden() -> dict[tuple[int, str], tuple[ChunkResult, Comparison]]:
-    jobs_csv = shared_data("cloudsimpy/jobs.csv")
-    reference = read_reference(shared_data("cloudsimpy/reference_runs_heuristics.json"))
+    jobs_csv = reference_data("cloudsimpy/jobs.csv")
+    reference = read_reference(reference_data("cloudsimpy/reference_runs_heuristics.json"))
     evaluations = reproduce(jobs_csv, (RandomChooser(), FirstFitChooser(), TetrisChooser()))
     results = {(r.chunk, r.chooser): r for e in evaluations for r in e.chunks}
     return {(c.chunk, c.policy): (results[c.chunk, c.policy], c) for c in compare(evaluations, reference)}

@@ -2,7 +2,7 @@
 
 Five policies x with and without backfilling x 10 sequences of 1,024 jobs;
 bounded slowdown and utilisation must match the published per-sequence
-values (../shared/data/swf/rlscheduler_reference_heuristics.json) and means
+values (data/reference/swf/rlscheduler_reference_heuristics.json) and means
 to 2 decimals. See docs/validation.md for the protocol and the switches.
 The whole table takes about a minute on two cores.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.scheduling.observe import ObservationSpec
 from loadmaster.scheduling.policy_net import JOB_INPUTS, context_size, save_policy
 from loadmaster.validation.rlscheduler import (
@@ -43,12 +43,12 @@ CELLS = [
 
 @pytest.fixture(scope="module")
 def reference() -> Reference:
-    return read_reference(shared_data("swf/rlscheduler_reference_heuristics.json"))
+    return read_reference(reference_data("swf/rlscheduler_reference_heuristics.json"))
 
 
 @pytest.fixture(scope="module")
 def ours(reference: Reference) -> Table:
-    trace: Path = shared_data("swf/lublin_256.swf")
+    trace: Path = reference_data("swf/lublin_256.swf")
     return reproduce(trace, starts=reference.starts, workers=min(os.cpu_count() or 1, 2))
 
 
@@ -85,14 +85,14 @@ def test_an_sjf_shaped_learned_order_reproduces_the_published_sjf_sequence(
     path = tmp_path / "sjf.npz"
     with path.open("wb") as fh:
         save_policy(fh, [(weight, np.zeros(1, dtype=np.float32))], ObservationSpec(), {})
-    trace: Path = shared_data("swf/lublin_256.swf")
+    trace: Path = reference_data("swf/lublin_256.swf")
     start = reference.starts[0]
     cell = learned_cell(trace, str(path), backfill, starts=(start,))
     assert same_to_2_decimals(cell.bsld[0], reference.cells["SJF", backfill].bsld[0])
 
 
 def test_trace_windows_keep_to_the_jobs_before_the_held_out_sequences() -> None:
-    trace: Path = shared_data("swf/lublin_256.swf")
+    trace: Path = reference_data("swf/lublin_256.swf")
     evaluated = {t.job.id for t in read_jobs(trace)[HELD_OUT_FROM:]}
     windows = TraceWindows(str(trace), jobs=256, before=HELD_OUT_FROM)
     starts = set()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.cli import app
 from loadmaster.errors import ConfigError
 from loadmaster.rl.agent import Agent
@@ -133,7 +133,7 @@ def test_fifo_starts_the_head_or_nothing() -> None:
 
 
 def test_episodes_skip_the_test_chunks_and_keep_a_seeded_sample_of_decisions() -> None:
-    source = DeepJSChunks(str(shared_data("cloudsimpy/jobs.csv")))
+    source = DeepJSChunks(str(reference_data("cloudsimpy/jobs.csv")))
     picks = {source.chunk_index(s, i) for s in range(3) for i in range(200)}
     assert min(picks) >= TEST_CHUNKS
     layers = linear("log_duration").net.layers
@@ -166,7 +166,7 @@ def test_a_pair_checkpoint_is_not_a_job_policy_and_back(tmp_path: Path) -> None:
 
 
 def test_the_shipped_chooser_runs_the_evaluation_chunks() -> None:
-    runs = evaluation_runs(shared_data("cloudsimpy/jobs.csv"), 2)
+    runs = evaluation_runs(reference_data("cloudsimpy/jobs.csv"), 2)
     assert [k for k, _ in runs] == [0, 1]
     result = evaluate(load_chooser(), runs)
     assert result.chooser == "learned" and len(result.chunks) == 2
@@ -174,7 +174,7 @@ def test_the_shipped_chooser_runs_the_evaluation_chunks() -> None:
 
 def test_cli_rank_train_on_deepjs_chunks_writes_a_pair_policy(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    trace = shared_data("cloudsimpy/jobs.csv")
+    trace = reference_data("cloudsimpy/jobs.csv")
     args = ["rl", "rank-train", "--setup", "deepjs", "--trace", str(trace), "--out", str(out)]
     small = ["--updates", "1", "--sequences", "1", "--samples", "2", "--workers", "1"]
     result = CliRunner().invoke(app, [*args, *small])
@@ -184,7 +184,7 @@ def test_cli_rank_train_on_deepjs_chunks_writes_a_pair_policy(tmp_path: Path) ->
 
 
 def test_cli_eval_deepjs_prints_every_chooser() -> None:
-    trace = shared_data("cloudsimpy/jobs.csv")
+    trace = reference_data("cloudsimpy/jobs.csv")
     result = CliRunner().invoke(app, ["rl", "eval-deepjs", "--trace", str(trace), "--chunks", "1"])
     assert result.exit_code == 0, result.output
     for name in ("learned-fair", "FIFO", "SJF", "Random", "FirstFit", "Tetris"):
@@ -194,7 +194,7 @@ def test_cli_eval_deepjs_prints_every_chooser() -> None:
 
 
 def test_rank_train_on_deepjs_refuses_lublin_options_and_a_file_too_short(tmp_path: Path) -> None:
-    trace = shared_data("cloudsimpy/jobs.csv")
+    trace = reference_data("cloudsimpy/jobs.csv")
     args = ["rl", "rank-train", "--setup", "deepjs", "--out", str(tmp_path / "run")]
     result = CliRunner().invoke(app, [*args, "--trace", str(trace), "--backfill"])
     assert isinstance(result.exception, ConfigError) and "--backfill" in str(result.exception)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.errors import ConfigError
 from loadmaster.validation.fgd import (
     LEVELS,
@@ -29,8 +29,8 @@ PUBLISHED = {"Best-fit": "05-BestFit", "GPU-Packing": "04-GpuPacking", "FGD": "0
 
 @pytest.fixture(scope="module")
 def openb() -> OpenbData:
-    pods = shared_data("openb/openb_pod_list_default.csv")
-    nodes = shared_data("openb/openb_node_list_gpu_node.csv")
+    pods = reference_data("openb/openb_pod_list_default.csv")
+    nodes = reference_data("openb/openb_node_list_gpu_node.csv")
     return load_openb(pods, nodes)
 
 
@@ -41,7 +41,7 @@ def document() -> dict[str, Any]:
 
 
 def _published(policy: str, seed: int) -> np.ndarray:
-    path = shared_data("openb/expected_results/analysis_allo_discrete.csv")
+    path = reference_data("openb/expected_results/analysis_allo_discrete.csv")
     with path.open() as handle:
         for row in csv.DictReader(handle):
             if (

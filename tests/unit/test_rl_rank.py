@@ -13,7 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.cli import app
 from loadmaster.errors import ConfigError
 from loadmaster.rl.rank import (
@@ -96,7 +96,7 @@ def test_training_is_seeded_and_the_result_serves(tmp_path: Path) -> None:
 
 def test_cli_rank_train_on_lublin_windows_writes_the_run(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    trace = shared_data("swf/lublin_256.swf")
+    trace = reference_data("swf/lublin_256.swf")
     args = ["rl", "rank-train", "--setup", "lublin", "--trace", str(trace), "--before", "1981"]
     small = ["--jobs", "128", "--updates", "1", "--sequences", "1", "--samples", "2"]
     result = CliRunner().invoke(app, [*args, *small, "--out", str(out)])
@@ -114,7 +114,7 @@ def test_cli_rank_train_names_a_missing_trace(tmp_path: Path) -> None:
 
 
 def test_cli_eval_rlscheduler_prints_learned_sjf_and_f1() -> None:
-    trace = shared_data("swf/lublin_256.swf")
+    trace = reference_data("swf/lublin_256.swf")
     result = CliRunner().invoke(app, ["rl", "eval-rlscheduler", "--trace", str(trace), "--sequences", "1"])
     assert result.exit_code == 0, result.output
     assert "no backfill" in result.output and "F1" in result.output

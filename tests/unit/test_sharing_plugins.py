@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from builders import a_cluster, a_job, a_node
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.errors import ModelError
 from loadmaster.model import ClusterSnapshot, Job, NodeTable, TaskPlacement, TaskRequest
 from loadmaster.scheduling import PLUGINS, PluginSpec, build_profile
@@ -300,8 +300,8 @@ def test_fgd_balanced_prefers_the_cpu_rich_node_when_fragmentation_ties() -> Non
 
 @pytest.fixture(scope="module")
 def openb():  # type: ignore[no-untyped-def]
-    pods = shared_data("openb/openb_pod_list_default.csv")
-    nodes = shared_data("openb/openb_node_list_gpu_node.csv")
+    pods = reference_data("openb/openb_pod_list_default.csv")
+    nodes = reference_data("openb/openb_node_list_gpu_node.csv")
     return load_openb(pods, nodes)
 
 

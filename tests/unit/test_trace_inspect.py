@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from builders import a_trace, a_trace_row
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.cli import app
 from loadmaster.report.trace_plots import CHARTS, write_trace_plots
-from loadmaster.traces import Trace, format_names
+from loadmaster.traces import Trace
 from loadmaster.traces.inspect import (
     arrivals_by_hour,
     arrivals_by_weekday,
@@ -149,7 +149,7 @@ def test_plots_are_written_whatever_the_trace_lacks(trace: Trace, tmp_path: Path
 
 
 def test_inspect_command_on_an_swf_log(tmp_path: Path) -> None:
-    path = shared_data("swf/lublin_256.swf")
+    path = reference_data("swf/lublin_256.swf")
     out = tmp_path / "inspect"
     result = CliRunner().invoke(app, ["trace", "inspect", str(path), "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -162,17 +162,15 @@ def test_inspect_command_on_an_swf_log(tmp_path: Path) -> None:
 def test_inspect_default_folder_is_named_after_the_trace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = shared_data("swf/lublin_256.swf")
+    path = reference_data("swf/lublin_256.swf")
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["trace", "inspect", str(path)])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "out" / "inspect-lublin_256" / "gpu_demand.png").exists()
 
 
-def test_inspect_tiresias_when_its_reader_exists(tmp_path: Path) -> None:
-    if "tiresias" not in format_names():
-        pytest.skip("no tiresias reader yet")
-    path = shared_data("tiresias/60_job.csv")
+def test_inspect_tiresias(tmp_path: Path) -> None:
+    path = reference_data("tiresias/60_job.csv")
     args = ["trace", "inspect", str(path), "--format", "tiresias", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

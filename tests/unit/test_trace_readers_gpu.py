@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.traces import FORMATS, Trace, TraceError, read_trace
 from loadmaster.traces.openb import pod_gpu_milli, read_openb_nodes
 from loadmaster.traces.pai import job_table_beside, pai_gpu_milli, pai_reader, read_pai, read_pai_jobs
@@ -79,7 +79,7 @@ def test_openb_gpu_share(num_gpu: int, gpu_milli: int, expected: int) -> None:
 
 
 def test_openb_real_pod_list_reads_every_pod() -> None:
-    trace = read_trace(shared_data("openb/openb_pod_list_default.csv"), "openb")
+    trace = read_trace(reference_data("openb/openb_pod_list_default.csv"), "openb")
     assert len(trace) == 8152
     assert trace.report.skipped == 0
     statuses = Counter(trace.table.column("status").to_pylist())
@@ -89,7 +89,7 @@ def test_openb_real_pod_list_reads_every_pod() -> None:
 
 
 def test_openb_real_node_list() -> None:
-    nodes = read_openb_nodes(shared_data("openb/openb_node_list_gpu_node.csv"))
+    nodes = read_openb_nodes(reference_data("openb/openb_node_list_gpu_node.csv"))
     assert len(nodes) == 1213
     assert sum(node.gpus for node in nodes) == 6212
     assert nodes[0].name == "openb-node-0000" and nodes[0].gpu_model == "P100"
@@ -321,7 +321,7 @@ def test_helios_without_optional_columns(tmp_path: Path) -> None:
 
 
 def test_tiresias_real_testbed_trace() -> None:
-    trace = read_trace(shared_data("tiresias/60_job.csv"), "tiresias")
+    trace = read_trace(reference_data("tiresias/60_job.csv"), "tiresias")
     assert len(trace) == 60
     assert Counter(trace.table.column("tasks").to_pylist()) == {1: 30, 2: 10, 4: 10, 8: 10}
     first = trace.table.to_pylist()[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.cli import app
 from loadmaster.traces import SCHEMA, Trace, TraceError, read_parquet, read_trace, write_parquet
 from loadmaster.traces.sacct import gang, state, time_limit_s, tres
@@ -314,7 +314,7 @@ def test_swf_bad_row_stops_or_is_skipped(tmp_path: Path, line: str, field: str) 
 
 
 def test_swf_lublin_reference_log() -> None:
-    trace = read_trace(shared_data("swf/lublin_256.swf"))
+    trace = read_trace(reference_data("swf/lublin_256.swf"))
     assert len(trace) == 10_000
     assert trace.report.skipped == 0
     assert trace.meta["MaxNodes"] == "256"

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from builders import a_trace, a_trace_row
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.cli import app
 from loadmaster.config import load_cluster, load_workload
 from loadmaster.errors import ConfigError
@@ -161,7 +161,7 @@ def test_load_scaling_hits_the_target_on_a_small_trace(target: float) -> None:
     ("cluster_name", "target"), [("lab", 0.5), ("lab", 0.9), ("large", 0.85), ("large", 1.2)]
 )
 def test_load_scaling_on_the_lublin_log(cluster_name: str, target: float) -> None:
-    trace = read_trace(shared_data("swf/lublin_256.swf"))
+    trace = read_trace(reference_data("swf/lublin_256.swf"))
     nodes = load_cluster(cluster_name).nodes
     done = replay(trace, nodes, ReplayOptions(load=target))
     achieved = offered_load(done.jobs, nodes.total_gpus)
@@ -259,7 +259,7 @@ def write_spec(folder: Path, text: str) -> str:
 
 
 def test_trace_spec_replays_a_path_relative_to_the_spec(tmp_path: Path) -> None:
-    swf = shared_data("swf/lublin_256.swf")
+    swf = reference_data("swf/lublin_256.swf")
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "log.swf").write_bytes(swf.read_bytes())
     spec = write_spec(tmp_path, "kind: trace\npath: traces/log.swf\nload: 0.8\njobs: 500\n")
@@ -292,7 +292,7 @@ def test_trace_spec_replays_a_path_relative_to_the_spec(tmp_path: Path) -> None:
     ],
 )
 def test_bad_trace_specs_name_the_file_and_field(tmp_path: Path, text: str, field: str, message: str) -> None:
-    swf = shared_data("swf/lublin_256.swf")
+    swf = reference_data("swf/lublin_256.swf")
     spec = write_spec(tmp_path, text.format(swf=swf))
     with pytest.raises(ConfigError) as caught:
         load_workload(spec, load_cluster("lab"))
@@ -302,7 +302,7 @@ def test_bad_trace_specs_name_the_file_and_field(tmp_path: Path, text: str, fiel
 
 
 def test_simulate_replays_a_spec_and_a_trace_file(tmp_path: Path) -> None:
-    swf = shared_data("swf/lublin_256.swf")
+    swf = reference_data("swf/lublin_256.swf")
     spec = write_spec(tmp_path, f"kind: trace\npath: {swf}\nload: 0.7\n")
     runs = {
         "spec": ["--workload", spec, "--jobs", "150"],
@@ -343,7 +343,7 @@ def test_an_unknown_pool_names_the_pools() -> None:
 
 def test_a_trace_replayed_into_a_mig_pool_gets_its_interactive_default(tmp_path: Path) -> None:
     """The gap this option closes: replayed notebooks land on the pool's MIG slices."""
-    swf = shared_data("swf/lublin_256.swf")
+    swf = reference_data("swf/lublin_256.swf")
     cluster_spec = load_cluster(str(Path(__file__).parents[1] / "fixtures" / "mig" / "cluster.yaml"))
     spec = write_spec(tmp_path, f"kind: trace\npath: {swf}\npool: interactive\njobs: 400\n")
     jobs = load_workload(spec, cluster_spec).jobs

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.cli import app
 from loadmaster.config.workload_model import dump_workload_model, load_workload_model, parse_workload_model
 from loadmaster.errors import ConfigError, ModelError
@@ -76,7 +76,7 @@ def lab_model() -> WorkloadModel:
 
 @lru_cache(maxsize=1)
 def lublin() -> tuple[JobColumns, WorkloadModel]:
-    columns = job_columns(read_trace(shared_data("swf/lublin_256.swf")))
+    columns = job_columns(read_trace(reference_data("swf/lublin_256.swf")))
     return columns, fit_workload(columns)
 
 
@@ -346,7 +346,7 @@ def test_a_short_hour_of_day_list_is_rejected(tmp_path: Path) -> None:
 
 
 def test_cli_fit_writes_model_report_and_prints_ks(tmp_path: Path) -> None:
-    trace_path = shared_data("swf/lublin_256.swf")
+    trace_path = reference_data("swf/lublin_256.swf")
     model_path = tmp_path / "model.yaml"
     result = CliRunner().invoke(app, ["workload", "fit", str(trace_path), "-o", str(model_path)])
     assert result.exit_code == 0, result.output

@@ -7,7 +7,7 @@ consecutive jobs of the Alibaba 2017 batch trace, on 5 machines of (64 CPU,
 on one machine. This module reruns that setup with the reference's exact
 semantics, so that a learned scheduler can be compared on the same chunks with
 the same numbers as CloudSimPy's Random, FirstFit and Tetris
-(``../shared/data/cloudsimpy/reference_runs_heuristics.json``).
+(``data/reference/cloudsimpy/reference_runs_heuristics.json``).
 
 It does not go through :mod:`loadmaster.sim`: the reference's clock (a
 scheduler tick every time unit, SimPy's event order at equal times, float
@@ -832,7 +832,7 @@ def reference_table(comparisons: Sequence[Comparison]) -> str:
 
 def main(argv: Sequence[str]) -> int:
     """``python -m loadmaster.validation.deepjs [DATA_DIR]``: the table, then any mismatching run."""
-    data = Path(argv[0]) if argv else Path("../shared/data/cloudsimpy")
+    data = Path(argv[0]) if argv else Path("data/reference/cloudsimpy")
     evaluations = reproduce(data / "jobs.csv")
     comparisons = compare(evaluations, read_reference(data / "reference_runs_heuristics.json"))
     print(table(evaluations, comparisons), reference_table(comparisons), sep="\n\n")

@@ -4,7 +4,7 @@ The point is to validate loadmaster's simulator and order/backfill plugins
 against published numbers, so every run goes through :func:`simulate` with a
 :class:`Scheduler` built from an ordinary profile; nothing here schedules.
 
-Protocol (../shared/data/README.md): 10 sequences of 1,024 consecutive jobs
+Protocol (data/reference/README.md): 10 sequences of 1,024 consecutive jobs
 of ``lublin_256.swf`` (start indices :data:`SEQUENCE_STARTS`), each on an
 empty 256-processor machine. Processors = max(SWF field 5, field 8); jobs
 with run time 0 are dropped; the requested time is field 9, or the run time
