@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from loadmaster import __version__
@@ -65,6 +67,9 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
         Path | None,
         typer.Option(help="Replay this trace file instead of --workload (defaults of a kind: trace spec)"),
     ] = None,
+    on_error: Annotated[
+        str, typer.Option(help="A bad row of --trace: 'stop' with an error naming it, or 'skip' and count it")
+    ] = "stop",
     profiles: Annotated[
         str, typer.Option(help="Comma-separated profile names to compare")
     ] = DEFAULT_PROFILES,
@@ -72,22 +77,30 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
         str, typer.Option(help="Profiles file (default: the built-in profiles)")
     ] = "builtin",
     out: Annotated[Path, typer.Option(help="Folder for the report, metrics and job tables")] = Path("out"),
-    jobs: Annotated[int | None, typer.Option(help="Override the workload's number of jobs")] = None,
-    load: Annotated[float | None, typer.Option(help="Override the workload's load ratio")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the scheduler's random choices")] = 0,
-    workload_seed: Annotated[int | None, typer.Option(help="Override the workload's seed")] = None,
-    period: Annotated[float | None, typer.Option(help="Also run a cycle every PERIOD seconds")] = None,
+    jobs: Annotated[int | None, typer.Option(min=1, help="Override the workload's number of jobs")] = None,
+    load: Annotated[float | None, typer.Option(help="Override the workload's load ratio (> 0)")] = None,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the scheduler's random choices")] = 0,
+    workload_seed: Annotated[int | None, typer.Option(min=0, help="Override the workload's seed")] = None,
+    period: Annotated[float | None, typer.Option(help="Also run a cycle every PERIOD seconds (> 0)")] = None,
     explain: Annotated[
         list[str] | None,
         typer.Option(help="Print the story of JOB_ID under each profile: why it waited, when"),
     ] = None,
 ) -> None:
     """Run every profile on the same cluster and jobs; print a comparison and write a report."""
+    _check_options(load=load, period=period, on_error=on_error, trace=trace)
     spec_cluster = load_cluster(cluster)
     available = load_profiles(profiles_file)
     chosen = select_profiles(available, [p.strip() for p in profiles.split(",") if p.strip()], "--profiles")
     if trace is not None:
-        spec_workload = load_trace_workload(trace, spec_cluster, jobs=jobs, load=load, seed=workload_seed)
+        spec_workload = load_trace_workload(
+            trace,
+            spec_cluster,
+            jobs=jobs,
+            load=load,
+            seed=workload_seed,
+            on_error="skip" if on_error == "skip" else "stop",
+        )
     else:
         spec_workload = load_workload(workload, spec_cluster, jobs=jobs, load=load, seed=workload_seed)
     nodes = spec_cluster.nodes
@@ -103,10 +116,28 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
         raise ConfigError("--explain", "", f"no job {unknown[0]!r} in the workload (ids look like j000001)")
     runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted)
     console.print(_comparison(runs))
+    if any(math.isnan(run.summary.jain_fairness) for run in runs):
+        console.print("jain -: the jobs have fewer than two users, so there is no fairness to compare.")
     for job_id in sorted(wanted):
         console.print(_story(job_id, runs))
     paths = write_outputs(out, runs, context(spec_cluster, spec_workload, seed))
     console.print(f"Report: [bold]{paths['report']}[/]  metrics: {paths['metrics']}")
+
+
+def _check_options(*, load: float | None, period: float | None, on_error: str, trace: Path | None) -> None:
+    """Usage errors that name the option: what typer's ranges cannot say (open bounds, choices)."""
+    if load is not None and not load > 0:
+        raise ConfigError(
+            "simulate", "--load", f"must be a number > 0 (1.0 offers each pool its capacity), got {load}"
+        )
+    if period is not None and not period > 0:
+        raise ConfigError("simulate", "--period", f"must be a number of seconds > 0, got {period}")
+    if on_error not in ("stop", "skip"):
+        raise ConfigError("simulate", "--on-error", f"must be 'stop' or 'skip', got {on_error!r}")
+    if on_error == "skip" and trace is None:
+        raise ConfigError(
+            "simulate", "--on-error", "applies to --trace only (a workload file sets on_error: skip)"
+        )
 
 
 def _run_with_progress(  # noqa: PLR0917 - a private helper of simulate, called once
@@ -130,6 +161,25 @@ def _run_with_progress(  # noqa: PLR0917 - a private helper of simulate, called 
         )
 
 
+_STATUS = re.compile(r"^waiting: \[(?P<plugin>[^\]]+)\] (?P<code>\w+): (?P<reason>.*)$")
+_SECONDS = re.compile(r"\bt=(?P<s>\d+(?:\.\d+)?)s\b")
+_VERDICT = {"wait": "waits", "unschedulable": "cannot start now"}
+
+
+def readable_step(text: str) -> str:
+    """One step of a job's story in the table's terms: times in hours, the plugin named once.
+
+    The simulator records a status as ``waiting: [plugin] code: reason`` with times in seconds
+    (the form kubectl describe and metrics.json carry); the table speaks hours only.
+    """
+    text = _SECONDS.sub(lambda m: f"{float(m['s']) / 3600:.2f} h", text)
+    found = _STATUS.match(text)
+    if found is None:
+        return text
+    verdict = _VERDICT.get(found["code"], found["code"])
+    return f"{verdict} ({found['plugin']}): {found['reason']}"
+
+
 def _story(job_id: str, runs: list[ProfileRun]) -> Table:
     """One job's story under each profile: what happened when, and why it waited."""
     table = Table(title=f"Why {job_id} waited, profile by profile (times in hours from the first submission)")
@@ -138,7 +188,9 @@ def _story(job_id: str, runs: list[ProfileRun]) -> Table:
     table.add_column("what happened")
     for run in runs:
         for i, (time_s, text) in enumerate(run.result.explanations.get(job_id, [])):
-            table.add_row(run.profile.name if i == 0 else "", f"{time_s / 3600:.2f}", text)
+            table.add_row(
+                run.profile.name if i == 0 else "", f"{time_s / 3600:.2f}", escape(readable_step(text))
+            )
         table.add_section()
     return table
 

@@ -6,7 +6,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
@@ -15,7 +15,7 @@ from rich.table import Table
 from loadmaster.cli.output import console
 from loadmaster.config import BUILTIN_PROFILES
 from loadmaster.errors import ConfigError
-from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.api import LeaderElector
 from loadmaster.kube.cluster import KubeCluster, StepReport
 from loadmaster.kube.profiles import ProfileScheduler
 from loadmaster.kube.queues import DEFAULT_CONFIGMAP, load_profile
@@ -23,6 +23,9 @@ from loadmaster.kube.snapshot import take_snapshot
 from loadmaster.kube.translate import SCHEDULER_NAME, KubeError
 from loadmaster.scheduling import Scheduler
 from loadmaster.traces.trace import write_parquet
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 app = typer.Typer(
     no_args_is_help=True, help="Schedule pods on a Kubernetes cluster (schedulerName: loadmaster)."
@@ -54,7 +57,7 @@ def _cluster(  # noqa: PLR0917 - the options of the commands, passed on
     lease_ns: str,
     names: list[str] | None = None,
 ) -> KubeCluster:
-    api = api_client(kubeconfig=str(kubeconfig) if kubeconfig else None)
+    api = _api(kubeconfig)
     chosen = {
         name: Scheduler(load_profile(api, wanted, profiles_file, queues or None))
         for name, wanted in scheduler_profiles(names or [], profile).items()
@@ -152,7 +155,7 @@ def snapshot(
     name: Annotated[str, typer.Option(help="Name of the cluster spec")] = "live",
 ) -> None:
     """Write the live cluster as a cluster spec (cluster.yaml) and its jobs as a trace (jobs.parquet)."""
-    api = api_client(kubeconfig=str(kubeconfig) if kubeconfig else None)
+    api = _api(kubeconfig)
     cluster = KubeCluster(api, Scheduler(load_profile(api, "binpack", configmap=None)), "snapshot")
     cluster.list_now()
     taken = take_snapshot(cluster.state, name)
@@ -163,3 +166,32 @@ def snapshot(
         f"Wrote {out / 'cluster.yaml'} and {out / 'jobs.parquet'} ({len(taken.trace)} jobs). Replay: "
         f"loadmaster simulate --cluster {out / 'cluster.yaml'} --trace {out / 'jobs.parquet'}"
     )
+
+
+def _api(kubeconfig: Path | None) -> ApiClient:
+    """The API client, or a usage error naming --kubeconfig when there is no cluster to talk to.
+
+    Without --kubeconfig the client needs the in-cluster service account (KUBERNETES_SERVICE_HOST
+    and _PORT, set only inside a pod); outside one the client's ConfigException is a long
+    traceback that never names the option that fixes it.
+    """
+    from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415 - with the client
+
+    from loadmaster.kube.api import api_client  # noqa: PLC0415 - the client loads only when a command runs
+
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise ConfigError(str(kubeconfig), "--kubeconfig", "no such file")
+    try:
+        return api_client(kubeconfig=str(kubeconfig) if kubeconfig else None)
+    except ConfigException as exc:
+        if kubeconfig is not None:
+            raise ConfigError(str(kubeconfig), "--kubeconfig", f"not a usable kubeconfig: {exc}") from None
+        home = Path.home() / ".kube" / "config"
+        hint = (
+            f"--kubeconfig {home}" if home.is_file() else "--kubeconfig FILE (a kubeconfig for your cluster)"
+        )
+        raise ConfigError(
+            "loadmaster kube",
+            "--kubeconfig",
+            f"not given, and this is not a pod with a service account ({exc}); pass {hint}",
+        ) from None

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from loadmaster.cli.output import byte_progress, console
+from loadmaster.errors import ConfigError
 from loadmaster.report.trace_plots import write_trace_plots
 from loadmaster.traces import OnError, Trace, format_names, read_trace, schema_markdown, write_parquet
 from loadmaster.traces.inspect import HEAVY_USER_FRACTION, TraceSummary, summarize_trace, trace_name
@@ -36,6 +37,10 @@ def load(path: Path, fmt: str | None, on_error: str) -> Trace:
     console.print(trace.report.summary())
     for example in trace.report.examples[1:5]:
         console.print(f"  also skipped {example}")
+    if len(trace) == 0:
+        skipped = trace.report.skipped
+        why = f"all {skipped:,} rows were skipped" if skipped else "the file has no job rows"
+        raise ConfigError(str(path), "", f"no jobs to read: {why}")
     return trace
 
 

@@ -211,10 +211,14 @@ def load_trace_workload(
     jobs: int | None = None,
     load: float | None = None,
     seed: int | None = None,
+    on_error: Literal["stop", "skip"] = "stop",
 ) -> Workload:
-    """Replay the trace at ``path`` on ``cluster`` with the defaults of ``kind: trace``."""
+    """Replay the trace at ``path`` on ``cluster`` with the defaults of ``kind: trace``.
+
+    ``on_error`` is the trace spec's field of that name (``--on-error`` on the command line).
+    """
     doc = YamlDocument(source="--trace", data={"kind": "trace", "path": str(path)}, root=None)
-    spec = TraceWorkloadSpec(kind="trace", path=str(path.resolve()))
+    spec = TraceWorkloadSpec(kind="trace", path=str(path.resolve()), on_error=on_error)
     return _replayed(doc, spec, cluster, name=str(path), jobs=jobs, load=load, seed=seed)
 
 

@@ -71,7 +71,7 @@ class RunSummary:
     ``allocation_mean`` and ``fragmentation_mean`` are fractions of all GPUs
     (0..1), time-weighted over the timeline. ``jain_fairness`` is Jain's index
     over the per-user mean bounded slowdown (1 = every user slowed down
-    equally, 1/n = one user bears it all). ``by_size`` is ordered as
+    equally, 1/n = one user bears it all; NaN with fewer than two users). ``by_size`` is ordered as
     :data:`SIZE_CLASSES` (labels that do not occur are left out), ``by_group``
     by group name.
     """
@@ -287,11 +287,17 @@ def _starved_jobs(table: JobTable, timeline: Timeline, d: _Derived, limit_s: flo
 
 
 def _user_fairness(table: JobTable, d: _Derived) -> float:
-    """Jain's index over each user's mean bounded slowdown (users with ended jobs only)."""
+    """Jain's index over each user's mean bounded slowdown (users with ended jobs only).
+
+    NaN (undefined) with fewer than two users: a trace without users replays every job under
+    one name, and an index of 1.0 there would claim an equality nobody measured.
+    """
     users = np.asarray(table.user, dtype=np.str_)[d.completed]
     if users.size == 0:
         return _NAN
-    _, inverse = np.unique(users, return_inverse=True)
+    names, inverse = np.unique(users, return_inverse=True)
+    if names.size < 2:  # fairness compares at least two users
+        return _NAN
     inverse = inverse.ravel()
     sums = np.bincount(inverse, weights=d.bsld[d.completed])
     counts = np.bincount(inverse)
