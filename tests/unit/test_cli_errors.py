@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from loadmaster.cli import main, readable_step
+from loadmaster.cli import main
+from loadmaster.cli.simulate import readable_step
 
 
 def _run(

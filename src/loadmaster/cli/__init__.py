@@ -1,260 +1,167 @@
-"""The ``loadmaster`` command line."""
+"""The ``loadmaster`` command line.
+
+Each command lives in its own module and is imported only when it runs:
+``loadmaster --help`` and ``loadmaster version`` must print at once, without
+loading numpy, pandas, the plotting libraries, the web server or the
+Kubernetes client (and the scheduler must run where plotting libraries are
+absent). :data:`COMMANDS` lists every command with the one-line help that
+``--help`` shows; ``tests/unit/test_cli_startup.py`` checks that each line
+matches the command's own help and that the listing imports nothing heavy.
+"""
 
 from __future__ import annotations
 
-import math
-import re
+import importlib
 import sys
-from pathlib import Path
-from typing import Annotated
+from dataclasses import dataclass
+from difflib import get_close_matches
+from typing import Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
 from loadmaster import __version__
-from loadmaster.cli import diagnose as diagnose_commands
-from loadmaster.cli import jobs as job_commands
-from loadmaster.cli import kube as kube_commands
-from loadmaster.cli import mig as mig_commands
-from loadmaster.cli import rl as rl_commands
-from loadmaster.cli import trace as trace_commands
-from loadmaster.cli import workload as workload_commands
-from loadmaster.cli.agent import agent as agent_command
-from loadmaster.cli.output import console, count_progress
-from loadmaster.cli.serve import serve as serve_command
-from loadmaster.config import (
-    BUILTIN_CLUSTERS,
-    BUILTIN_WORKLOADS,
-    Cluster,
-    Workload,
-    load_cluster,
-    load_profiles,
-    load_trace_workload,
-    load_workload,
-    select_profiles,
-)
-from loadmaster.errors import ConfigError, LoadmasterError
-from loadmaster.experiment import ProfileRun, compare, context, write_outputs
-from loadmaster.scheduling import PLUGINS, Profile
+from loadmaster.errors import LoadmasterError
+
+
+@dataclass(frozen=True)
+class LazyCommand:
+    """Where a command is defined, and the line ``--help`` shows for it without importing it."""
+
+    module: str
+    attribute: str
+    """A ``typer.Typer`` (a command group) or a function (one command)."""
+    help: str
+    context_settings: tuple[tuple[str, bool], ...] = ()
+    """Click context settings of a function command, as (name, value) pairs."""
+
+
+COMMANDS: dict[str, LazyCommand] = {
+    "simulate": LazyCommand(
+        "loadmaster.cli.simulate",
+        "simulate",
+        "Run every profile on the same cluster and jobs; print a comparison and write a report.",
+    ),
+    "profiles": LazyCommand(
+        "loadmaster.cli.simulate",
+        "list_profiles",
+        "List the profiles of a file (validating it) and the plugins they may use.",
+    ),
+    "trace": LazyCommand("loadmaster.cli.trace", "app", "Read, convert and inspect job traces."),
+    "workload": LazyCommand(
+        "loadmaster.cli.workload", "app", "Fit workload models to traces and sample jobs from them."
+    ),
+    "mig": LazyCommand("loadmaster.cli.mig", "app", "MIG layouts: plan them for a demand mix."),
+    "rl": LazyCommand("loadmaster.cli.rl", "app", "The learned scheduler: train it with PPO, evaluate it."),
+    "serve": LazyCommand(
+        "loadmaster.cli.serve",
+        "serve",
+        "Serve the GPU dashboard and its JSON API; with --demo, over a live simulated cluster.",
+    ),
+    "agent": LazyCommand(
+        "loadmaster.cli.agent",
+        "agent",
+        "Read the GPUs through NVML and serve dcgm-exporter-compatible metrics for Prometheus.",
+    ),
+    "diagnose": LazyCommand("loadmaster.cli.diagnose", "app", "Diagnose a training job from GPU telemetry."),
+    # The researcher's commands (docs/researchers.md); Kubernetes is imported when they run.
+    "submit": LazyCommand(
+        "loadmaster.cli.jobs",
+        "submit",
+        "Submit a job: flags like Slurm's, or a job file; the command follows `--`.",
+        (("allow_extra_args", True), ("ignore_unknown_options", False)),
+    ),
+    "queue": LazyCommand(
+        "loadmaster.cli.jobs",
+        "queue",
+        "Waiting jobs per queue, in order (like squeue): place, wait, why, estimated start.",
+    ),
+    "jobs": LazyCommand("loadmaster.cli.jobs", "jobs", "Your jobs, all states."),
+    "status": LazyCommand(
+        "loadmaster.cli.jobs",
+        "status",
+        "One job: state, why it waits and until when, its tasks and GPUs, their use, and where to look next.",
+    ),
+    "cancel": LazyCommand(
+        "loadmaster.cli.jobs", "cancel", "Cancel a job: delete its Job, pods, Service and PodGroup."
+    ),
+    "logs": LazyCommand("loadmaster.cli.jobs", "logs", "Print a task's log."),
+    "kube": LazyCommand(
+        "loadmaster.cli.kube", "app", "Schedule pods on a Kubernetes cluster (schedulerName: loadmaster)."
+    ),
+}
+
+
+def _root() -> None:
+    """The root's callback: with one, typer builds a group although only ``version`` is defined here."""
+
+
+def load_command(name: str) -> Any:
+    """Import command ``name``'s module and build its click command (a group for a sub-app)."""
+    entry = COMMANDS[name]
+    target = getattr(importlib.import_module(entry.module), entry.attribute)
+    # Registered on a throwaway root exactly as add_typer/command would have registered it eagerly.
+    root = typer.Typer(add_completion=False)
+    root.callback()(_root)
+    if isinstance(target, typer.Typer):
+        root.add_typer(target, name=name)
+    else:
+        root.command(name, context_settings=dict(entry.context_settings) or None)(target)
+    group = typer.main.get_command(root)
+    assert isinstance(group, TyperGroup)
+    return group.commands[name]
+
+
+class LazyGroup(TyperGroup):
+    """The root group: commands of :data:`COMMANDS` are imported when invoked, not when listed."""
+
+    _listing = False
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The lazy commands first, in :data:`COMMANDS` order, then those defined here."""
+        return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """A placeholder carrying the help line while ``--help`` lists; the real command otherwise."""
+        if cmd_name not in COMMANDS or cmd_name in self.commands:
+            return super().get_command(ctx, cmd_name)
+        if self._listing:
+            return TyperCommand(name=cmd_name, help=COMMANDS[cmd_name].help)
+        command = load_command(cmd_name)
+        self.commands[cmd_name] = command
+        return command
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        """An unknown command suggests the close names among all commands, lazy ones included."""
+        known = self.list_commands(ctx)
+        if args and not args[0].startswith("-") and args[0] not in known:
+            matches = get_close_matches(args[0], known)
+            hint = f" Did you mean {', '.join(repr(m) for m in matches)}?" if matches else ""
+            ctx.fail(f"No such command {args[0]!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """List the commands from their help lines alone (nothing heavy is imported)."""
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Schedule, simulate and study GPU clusters."
+    cls=LazyGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    help="Schedule, simulate and study GPU clusters.",
 )
-
-app.add_typer(trace_commands.app, name="trace")
-app.add_typer(workload_commands.app, name="workload")
-app.add_typer(diagnose_commands.app, name="diagnose")
-app.add_typer(mig_commands.app, name="mig")
-app.add_typer(kube_commands.app, name="kube")
-app.add_typer(rl_commands.app, name="rl")
-app.command(name="agent")(agent_command)
-app.command("serve")(serve_command)
-job_commands.register(app)  # submit, queue, jobs, status, cancel, logs (Kubernetes imported when run)
-
-DEFAULT_PROFILES = "kube-default,fifo,sds,nsml,slurm,fair"
-
-
-@app.command()
-def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
-    cluster: Annotated[
-        str, typer.Option(help=f"Cluster spec file, or built-in: {', '.join(BUILTIN_CLUSTERS)}")
-    ] = "lab",
-    workload: Annotated[
-        str, typer.Option(help=f"Workload spec file, or built-in: {', '.join(BUILTIN_WORKLOADS)}")
-    ] = "lab",
-    trace: Annotated[
-        Path | None,
-        typer.Option(help="Replay this trace file instead of --workload (defaults of a kind: trace spec)"),
-    ] = None,
-    on_error: Annotated[
-        str, typer.Option(help="A bad row of --trace: 'stop' with an error naming it, or 'skip' and count it")
-    ] = "stop",
-    profiles: Annotated[
-        str, typer.Option(help="Comma-separated profile names to compare")
-    ] = DEFAULT_PROFILES,
-    profiles_file: Annotated[
-        str, typer.Option(help="Profiles file (default: the built-in profiles)")
-    ] = "builtin",
-    out: Annotated[Path, typer.Option(help="Folder for the report, metrics and job tables")] = Path("out"),
-    jobs: Annotated[int | None, typer.Option(min=1, help="Override the workload's number of jobs")] = None,
-    load: Annotated[float | None, typer.Option(help="Override the workload's load ratio (> 0)")] = None,
-    seed: Annotated[int, typer.Option(min=0, help="Seed of the scheduler's random choices")] = 0,
-    workload_seed: Annotated[int | None, typer.Option(min=0, help="Override the workload's seed")] = None,
-    period: Annotated[float | None, typer.Option(help="Also run a cycle every PERIOD seconds (> 0)")] = None,
-    explain: Annotated[
-        list[str] | None,
-        typer.Option(help="Print the story of JOB_ID under each profile: why it waited, when"),
-    ] = None,
-) -> None:
-    """Run every profile on the same cluster and jobs; print a comparison and write a report."""
-    _check_options(load=load, period=period, on_error=on_error, trace=trace)
-    spec_cluster = load_cluster(cluster)
-    available = load_profiles(profiles_file)
-    chosen = select_profiles(available, [p.strip() for p in profiles.split(",") if p.strip()], "--profiles")
-    if trace is not None:
-        spec_workload = load_trace_workload(
-            trace,
-            spec_cluster,
-            jobs=jobs,
-            load=load,
-            seed=workload_seed,
-            on_error="skip" if on_error == "skip" else "stop",
-        )
-    else:
-        spec_workload = load_workload(workload, spec_cluster, jobs=jobs, load=load, seed=workload_seed)
-    nodes = spec_cluster.nodes
-    console.print(
-        f"[bold]{spec_cluster.name}[/]: {len(nodes)} nodes, {nodes.total_gpus} GPUs; "
-        f"[bold]{spec_workload.name}[/]: {len(spec_workload.jobs)} jobs at load {spec_workload.load_text}"
-    )
-    for line in spec_workload.replay.lines() if spec_workload.replay else ():
-        console.print(line, markup=False, highlight=False)
-    wanted = frozenset(explain or ())
-    unknown = sorted(wanted - {t.job.id for t in spec_workload.jobs})
-    if unknown:
-        raise ConfigError("--explain", "", f"no job {unknown[0]!r} in the workload (ids look like j000001)")
-    runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted)
-    console.print(_comparison(runs))
-    if any(math.isnan(run.summary.jain_fairness) for run in runs):
-        console.print("jain -: the jobs have fewer than two users, so there is no fairness to compare.")
-    for job_id in sorted(wanted):
-        console.print(_story(job_id, runs))
-    paths = write_outputs(out, runs, context(spec_cluster, spec_workload, seed))
-    console.print(f"Report: [bold]{paths['report']}[/]  metrics: {paths['metrics']}")
-
-
-def _check_options(*, load: float | None, period: float | None, on_error: str, trace: Path | None) -> None:
-    """Usage errors that name the option: what typer's ranges cannot say (open bounds, choices)."""
-    if load is not None and not load > 0:
-        raise ConfigError(
-            "simulate", "--load", f"must be a number > 0 (1.0 offers each pool its capacity), got {load}"
-        )
-    if period is not None and not period > 0:
-        raise ConfigError("simulate", "--period", f"must be a number of seconds > 0, got {period}")
-    if on_error not in ("stop", "skip"):
-        raise ConfigError("simulate", "--on-error", f"must be 'stop' or 'skip', got {on_error!r}")
-    if on_error == "skip" and trace is None:
-        raise ConfigError(
-            "simulate", "--on-error", "applies to --trace only (a workload file sets on_error: skip)"
-        )
-
-
-def _run_with_progress(  # noqa: PLR0917 - a private helper of simulate, called once
-    cluster: Cluster,
-    workload: Workload,
-    profiles: list[Profile],
-    seed: int,
-    period: float | None,
-    explain: frozenset[str],
-) -> list[ProfileRun]:
-    with count_progress() as progress:
-        tasks = {p.name: progress.add_task(p.name, total=len(workload.jobs)) for p in profiles}
-        return compare(
-            cluster,
-            workload,
-            profiles,
-            seed=seed,
-            period_s=period,
-            progress=lambda name, n: progress.advance(tasks[name], n),
-            explain=explain,
-        )
-
-
-_STATUS = re.compile(r"^waiting: \[(?P<plugin>[^\]]+)\] (?P<code>\w+): (?P<reason>.*)$")
-_SECONDS = re.compile(r"\bt=(?P<s>\d+(?:\.\d+)?)s\b")
-_VERDICT = {"wait": "waits", "unschedulable": "cannot start now"}
-
-
-def readable_step(text: str) -> str:
-    """One step of a job's story in the table's terms: times in hours, the plugin named once.
-
-    The simulator records a status as ``waiting: [plugin] code: reason`` with times in seconds
-    (the form kubectl describe and metrics.json carry); the table speaks hours only.
-    """
-    text = _SECONDS.sub(lambda m: f"{float(m['s']) / 3600:.2f} h", text)
-    found = _STATUS.match(text)
-    if found is None:
-        return text
-    verdict = _VERDICT.get(found["code"], found["code"])
-    return f"{verdict} ({found['plugin']}): {found['reason']}"
-
-
-def _story(job_id: str, runs: list[ProfileRun]) -> Table:
-    """One job's story under each profile: what happened when, and why it waited."""
-    table = Table(title=f"Why {job_id} waited, profile by profile (times in hours from the first submission)")
-    table.add_column("profile", style="bold", no_wrap=True)
-    table.add_column("t (h)", justify="right")
-    table.add_column("what happened")
-    for run in runs:
-        for i, (time_s, text) in enumerate(run.result.explanations.get(job_id, [])):
-            table.add_row(
-                run.profile.name if i == 0 else "", f"{time_s / 3600:.2f}", escape(readable_step(text))
-            )
-        table.add_section()
-    return table
-
-
-_COLUMNS: tuple[tuple[str, str, float], ...] = (
-    ("wait h", "mean_wait_s", 3600.0),
-    ("p99 h", "p99_wait_s", 3600.0),
-    ("bsld", "mean_bounded_slowdown", 1.0),
-    ("span d", "makespan_s", 86400.0),
-    ("alloc%", "allocation_mean", 0.01),
-    ("frag%", "fragmentation_mean", 0.01),
-    ("jain", "jain_fairness", 1.0),
-    ("waste GPUh", "wasted_gpu_hours", 1.0),
-    ("left", "jobs_unfinished", 1.0),
-)
-
-
-_CAPTION = (
-    "wait: mean queue wait; p99: 99th percentile wait; bsld: mean bounded slowdown; span: makespan; "
-    "alloc: GPUs allocated; frag: free GPUs no waiting job can use; jain: fairness over users (1 = equal); "
-    "waste GPUh: GPU-hours held idle by partly started gangs or lost to preemption; "
-    "left: jobs that never ran. "
-    "Lower is better except alloc and jain."
-)
-
-
-def _comparison(runs: list[ProfileRun]) -> Table:
-    table = Table(title="Policies compared on the same jobs", caption=_CAPTION)
-    table.add_column("profile", style="bold", no_wrap=True)
-    for header, _, _ in _COLUMNS:
-        table.add_column(header, justify="right")
-    table.add_column("sim s", justify="right", style="dim")
-    for run in runs:
-        values = [getattr(run.summary, field) / scale for _, field, scale in _COLUMNS]
-        table.add_row(run.profile.name, *(_fmt(v) for v in values), f"{run.wall_s:.1f}")
-    return table
-
-
-def _fmt(value: float) -> str:
-    if isinstance(value, float) and math.isnan(value):
-        return "-"
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
-
-
-@app.command("profiles")
-def list_profiles(
-    profiles_file: Annotated[
-        str, typer.Argument(help="Profiles file (default: the built-in profiles)")
-    ] = "builtin",
-) -> None:
-    """List the profiles of a file (validating it) and the plugins they may use."""
-    table = Table(title=f"Profiles in {profiles_file}")
-    for column in ("profile", "actions", "plugins"):
-        table.add_column(column)
-    for name, profile in load_profiles(profiles_file).items():
-        table.add_row(name, ", ".join(profile.actions), ", ".join(p.name for p in profile.plugins))
-    console.print(table)
-    console.print(f"Plugins: {', '.join(PLUGINS)}")
+app.callback()(_root)
 
 
 @app.command()
 def version() -> None:
     """Print loadmaster's version."""
-    console.print(__version__)
+    print(__version__)
 
 
 def main() -> None:
