@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from loadmaster.cli.output import console
+from loadmaster.cli.output import console, working
 from loadmaster.errors import ConfigError
 from loadmaster.serve import DemoOptions, build_demo, create_app
 
@@ -39,7 +39,9 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
 
     started = time.perf_counter()
     options = DemoOptions(cluster=cluster, gpus=cluster_gpus, profile=profile, speed=speed, seed=seed)
-    running = build_demo(options)
+    size = f"about {cluster_gpus:,} GPUs" if cluster_gpus else f"cluster {cluster}"
+    with working(f"Building the demo ({size}) and simulating its warm-up"):
+        running = build_demo(options)
     nodes = running.sim.nodes
     console.print(
         f"[bold]{running.cluster_name}[/]: {len(nodes)} nodes, {nodes.total_gpus:,} GPUs, profile "

@@ -33,7 +33,9 @@ GpusOption = Annotated[
 @app.command()
 def fit(  # noqa: PLR0917 - typer maps each option to a parameter
     path: Annotated[Path, typer.Argument(help="Trace file to fit")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Model file (YAML) to write")],
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="Model file (YAML); default out/<trace>.yaml")
+    ] = None,
     fmt: FormatOption = None,
     on_error: OnErrorOption = "stop",
     report: Annotated[
@@ -47,6 +49,7 @@ def fit(  # noqa: PLR0917 - typer maps each option to a parameter
     seed: Annotated[int, typer.Option(help="Seed of the sample the report compares with the trace")] = 0,
 ) -> None:
     """Fit the workload model to a trace; write the model, a goodness-of-fit report, print the KS table."""
+    out = out or Path("out") / f"{path.stem}.yaml"
     trace = load(path, fmt, on_error)
     columns = job_columns(trace, gpus)
     try:
