@@ -117,7 +117,7 @@ class Cluster:
     """The pools whose GPUs are in MIG mode."""
 
 
-BUILTIN_CLUSTERS = ("lab", "large", "mixed-driver")
+BUILTIN_CLUSTERS = ("lab", "large", "mixed-driver", "lab-mig")
 """Cluster specs that ship with loadmaster, usable by name."""
 
 

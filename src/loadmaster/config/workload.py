@@ -114,7 +114,7 @@ class Workload:
         return f"{self.spec.load}"
 
 
-BUILTIN_WORKLOADS = ("lab", "large")
+BUILTIN_WORKLOADS = ("lab", "large", "lab-mig")
 """Workload specs that ship with loadmaster, usable by name."""
 
 
