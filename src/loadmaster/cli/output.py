@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -13,6 +14,8 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
 )
@@ -27,15 +30,75 @@ def byte_progress() -> Progress:
     return Progress(*columns, console=console, transient=False)
 
 
-def count_progress(label_width: int = 14) -> Progress:
-    """A progress bar over a count of items (jobs simulated, updates trained), labelled per task."""
+class LoggedProgress(Progress):
+    """Rich progress bars on a terminal; plain lines when the output goes to a file or a pipe.
+
+    Redirected, a live bar shows nothing until it ends (hours, for a long simulation), so each
+    task instead prints a line when it starts, one every ``every_s`` seconds while it runs, and
+    one when it completes (or, at the end, where it stopped).
+    """
+
+    def __init__(self, *columns: Any, every_s: float = 10.0) -> None:
+        self._lines = not console.is_terminal
+        super().__init__(*columns, console=console, transient=False, disable=self._lines)
+        self._every_s = every_s
+        self._said: dict[TaskID, float] = {}
+        self._done: set[TaskID] = set()
+
+    def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        """Advance the bar; redirected, print a line if one is due."""
+        super().advance(task_id, advance)
+        self._say(task_id)
+
+    def update(self, task_id: TaskID, **changes: Any) -> None:
+        """Update the bar; redirected, print a line if one is due."""
+        super().update(task_id, **changes)
+        self._say(task_id)
+
+    def stop(self) -> None:
+        """Stop; redirected, say where each started task that did not complete stopped."""
+        super().stop()
+        for task in self.tasks:
+            if self._lines and task.id in self._said and task.id not in self._done:
+                self._line(task, "stopped at")
+
+    def _say(self, task_id: TaskID) -> None:
+        if not self._lines:
+            return
+        task = next(t for t in self.tasks if t.id == task_id)
+        now = time.monotonic()
+        if task_id not in self._said:
+            self._said[task_id] = now
+            console.print(f"{task.description}: started", markup=False, highlight=False)
+        if task.finished and task_id not in self._done:
+            self._done.add(task_id)
+            self._line(task, "done,")
+        elif now - self._said[task_id] >= self._every_s and not task.finished:
+            self._said[task_id] = now
+            self._line(task, "at")
+
+    def _line(self, task: Task, what: str) -> None:
+        total = f" of {task.total:,.0f}" if task.total is not None else ""
+        elapsed = task.elapsed or 0.0
+        console.print(
+            f"{task.description}: {what} {task.completed:,.0f}{total} after {elapsed:.0f} s",
+            markup=False,
+            highlight=False,
+        )
+
+
+def count_progress(label_width: int = 14, every_s: float = 10.0) -> LoggedProgress:
+    """Progress over a count of items (jobs simulated, updates trained), labelled per task.
+
+    Bars on a terminal, lines when redirected (:class:`LoggedProgress`).
+    """
     columns = (
         TextColumn(f"{{task.description:<{label_width}}}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    return Progress(*columns, console=console, transient=False)
+    return LoggedProgress(*columns, every_s=every_s)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from loadmaster.cli.output import console, count_progress
+from loadmaster.cli.output import console, count_progress, working
 from loadmaster.config import (
     BUILTIN_CLUSTERS,
     BUILTIN_WORKLOADS,
@@ -94,7 +94,8 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
         console.print("jain -: the jobs have fewer than two users, so there is no fairness to compare.")
     for job_id in sorted(wanted):
         console.print(_story(job_id, runs))
-    paths = write_outputs(out, runs, context(spec_cluster, spec_workload, seed))
+    with working(f"Writing the report, plots and job tables to {out}"):
+        paths = write_outputs(out, runs, context(spec_cluster, spec_workload, seed))
     console.print(f"Report: [bold]{paths['report']}[/]  metrics: {paths['metrics']}")
 
 
@@ -174,7 +175,8 @@ _COLUMNS: tuple[tuple[str, str, float], ...] = (
     ("p99 h", "p99_wait_s", 3600.0),
     ("bsld", "mean_bounded_slowdown", 1.0),
     ("span d", "makespan_s", 86400.0),
-    ("alloc%", "allocation_mean", 0.01),
+    ("alloc% arr", "allocation_arrivals", 0.01),
+    ("alloc% all", "allocation_mean", 0.01),
     ("frag%", "fragmentation_mean", 0.01),
     ("jain", "jain_fairness", 1.0),
     ("waste GPUh", "wasted_gpu_hours", 1.0),
@@ -184,10 +186,12 @@ _COLUMNS: tuple[tuple[str, str, float], ...] = (
 
 _CAPTION = (
     "wait: mean queue wait; p99: 99th percentile wait; bsld: mean bounded slowdown; span: makespan; "
-    "alloc: GPUs allocated; frag: free GPUs no waiting job can use; jain: fairness over users (1 = equal); "
+    "alloc arr / all: GPUs allocated over the arrival window (first to last submission) / over the "
+    "whole run, until the last job ends; frag: free GPUs no waiting job can use; "
+    "jain: fairness over users (1 = equal); "
     "waste GPUh: GPU-hours held idle by partly started gangs or lost to preemption; "
     "left: jobs that never ran. "
-    "Lower is better except alloc and jain."
+    "Lower is better except alloc and jain (- where fewer than two users)."
 )
 
 

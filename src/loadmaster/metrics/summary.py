@@ -69,7 +69,10 @@ class RunSummary:
     arrival) + the never-started part of ``jobs_unfinished``; a job that
     started but never ended is both ran and unfinished. Times are seconds.
     ``allocation_mean`` and ``fragmentation_mean`` are fractions of all GPUs
-    (0..1), time-weighted over the timeline. ``jain_fairness`` is Jain's index
+    (0..1), time-weighted over the timeline, which runs until the last job
+    ends: a long drain after the last arrival lowers them.
+    ``allocation_arrivals`` is the allocation over the arrival window only
+    (first to last submission), the period the offered load refers to. ``jain_fairness`` is Jain's index
     over the per-user mean bounded slowdown (1 = every user slowed down
     equally, 1/n = one user bears it all; NaN with fewer than two users). ``by_size`` is ordered as
     :data:`SIZE_CLASSES` (labels that do not occur are left out), ``by_group``
@@ -92,6 +95,8 @@ class RunSummary:
     makespan_s: float
     allocation_mean: float
     fragmentation_mean: float
+    allocation_arrivals: float
+    """Allocation over the arrival window (first to last submission), a fraction of all GPUs."""
     jain_fairness: float
     starved_jobs: int
     held_idle_gpu_hours: float
@@ -372,6 +377,38 @@ def _timeline_means(timeline: Timeline) -> tuple[float, float]:
     return allocated / capacity, fragmented / capacity
 
 
+def window_mean(time_s: npt.ArrayLike, values: npt.ArrayLike, start_s: float, end_s: float) -> float:
+    """Mean of a step function (as :func:`time_weighted_mean`) over [start_s, end_s] only.
+
+    The window is clipped to the samples' span; NaN when nothing of it is left.
+    """
+    t = np.asarray(time_s, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    if t.size < 2:  # a step needs two samples to have a length
+        return _NAN
+    start, end = max(start_s, float(t[0])), min(end_s, float(t[-1]))
+    if not end > start:
+        return _NAN
+    cumulative = np.concatenate(([0.0], np.cumsum(v[:-1] * np.diff(t))))
+
+    def integral(x: float) -> float:
+        i = int(np.clip(np.searchsorted(t, x, side="right") - 1, 0, t.size - 1))
+        return float(cumulative[i] + v[i] * (x - t[i]))
+
+    return (integral(end) - integral(start)) / (end - start)
+
+
+def _arrival_allocation(table: JobTable, timeline: Timeline) -> float:
+    """Allocation over the arrival window (first to last submission), a fraction of all GPUs."""
+    capacity = float(np.sum(timeline.pool_gpus))
+    submit = np.asarray(table.submit_s, dtype=np.float64)
+    t = np.asarray(timeline.time_s, dtype=np.float64)
+    if capacity <= 0.0 or submit.size == 0 or t.size == 0:
+        return _NAN
+    allocated = pool_total(timeline.allocated_gpus, t.size)
+    return window_mean(t, allocated, float(np.nanmin(submit)), float(np.nanmax(submit))) / capacity
+
+
 def summarize(
     table: JobTable,
     timeline: Timeline,
@@ -405,6 +442,7 @@ def summarize(
         makespan_s=_makespan_s(table),
         allocation_mean=allocation,
         fragmentation_mean=fragmentation,
+        allocation_arrivals=_arrival_allocation(table, timeline),
         jain_fairness=_user_fairness(table, d),
         starved_jobs=_starved_jobs(table, timeline, d, starvation_wait_s),
         held_idle_gpu_hours=float(np.nansum(table.held_idle_gpu_s)) / _SECONDS_PER_HOUR,

@@ -16,12 +16,15 @@ from typing import Literal
 import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.subplots import make_subplots
 
 from loadmaster.metrics import GroupStats, RunSummary
+from loadmaster.metrics.reasons import wait_reasons
 from loadmaster.model.outcome import JobTable, Timeline
 from loadmaster.report.plots import (
     StepSeries,
     allocation_series,
+    last_arrival_h,
     order_size_labels,
     policy_color,
     queue_series,
@@ -29,6 +32,9 @@ from loadmaster.report.plots import (
     slowdown_axis_top,
     wait_cdf,
 )
+
+PANEL_COLUMNS = 3
+"""Panels per row of the small multiples (six policies: two rows of three)."""
 
 HtmlRuns = Mapping[str, tuple[JobTable, Timeline, RunSummary]]
 """Runs to compare, keyed by policy name, in the order they should appear."""
@@ -63,7 +69,8 @@ _METRICS: tuple[_Metric, ...] = (
     _Metric("Mean bounded slowdown", "mean_bounded_slowdown", "lower"),
     _Metric("P99 bounded slowdown", "p99_bounded_slowdown", "lower"),
     _Metric("Makespan (h)", "makespan_s", "lower", 1 / _HOUR),
-    _Metric("GPU allocation (%)", "allocation_mean", "higher", 100.0),
+    _Metric("GPU allocation, arrival window (%)", "allocation_arrivals", "higher", 100.0),
+    _Metric("GPU allocation, whole run with the drain (%)", "allocation_mean", "higher", 100.0),
     _Metric("Fragmented GPUs (%)", "fragmentation_mean", "lower", 100.0),
     _Metric("Jain fairness (per-user bounded slowdown)", "jain_fairness", "higher"),
     _Metric("Starved jobs", "starved_jobs", "lower"),
@@ -76,8 +83,10 @@ _METRICS: tuple[_Metric, ...] = (
 _ARROWS: Mapping[Better, str] = {"lower": "↓ lower", "higher": "↑ higher", None: ""}
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+.scroll { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+tr.first th, tr.first td { border-top: 2px solid #888; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.best { background: #d4f4d4; font-weight: bold; }
@@ -117,11 +126,70 @@ def _metric_row(metric: _Metric, summaries: Iterable[RunSummary]) -> str:
     return f"<tr>{head}{''.join(cells)}</tr>"
 
 
+def _scrolling(table: str) -> str:
+    """A table in a box that scrolls sideways when it is wider than the page, never cut off."""
+    return f'<div class="scroll">{table}</div>'
+
+
 def metrics_table(summaries: Mapping[str, RunSummary]) -> str:
     """The comparison table: one row per key metric, one column per policy, best highlighted."""
     heads = "".join(f"<th>{html.escape(policy)}</th>" for policy in summaries)
     rows = "\n".join(_metric_row(m, summaries.values()) for m in _METRICS)
     return f'<table class="metrics">\n<tr><th>Metric</th><th>Better</th>{heads}</tr>\n{rows}\n</table>'
+
+
+def _number(value: object) -> float | None:
+    """A JSON number of :func:`wait_reasons` as a float; None where it is null."""
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def _part(value: object) -> Mapping[str, object]:
+    """A JSON object of :func:`wait_reasons`; empty where it is missing."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def wait_reasons_table(reasons: Mapping[str, Mapping[str, object]]) -> str:
+    """Why jobs waited, per policy: how many jobs each plugin held back last before they started,
+    how many never ran, and how far real starts fell from the starts reservations promised.
+
+    ``reasons`` maps policy name to :func:`loadmaster.metrics.wait_reasons` of its job table.
+    """
+    held = {policy: _part(r.get("held_by")) for policy, r in reasons.items()}
+    plugins = sorted({name for counts in held.values() for name in counts}, key=lambda n: (n == "other", n))
+    errors = {policy: _part(r.get("estimate_error_s")) for policy, r in reasons.items()}
+    lines: list[tuple[str, list[float | None]]] = [
+        (
+            f"held back last by <code>{html.escape(name)}</code>",
+            [_number(held[p].get(name, 0)) for p in reasons],
+        )
+        for name in plugins
+    ]
+    lines += [
+        ("never ran", [_number(r.get("never_ran")) for r in reasons.values()]),
+        (
+            "promised a start by a reservation",
+            [_number(r.get("jobs_with_estimated_start")) for r in reasons.values()],
+        ),
+        (
+            "started later than promised",
+            [_number(e.get("started_later_than_promised")) for e in errors.values()],
+        ),
+    ]
+    hours = [
+        ("mean of real minus promised start (h)", "mean"),
+        ("95th percentile of |real - promised| (h)", "p95_abs"),
+    ]
+    for label, key in hours:
+        values = [_number(e.get(key)) for e in errors.values()]
+        lines.append((label, [v / _HOUR if v is not None else None for v in values]))
+    heads = "".join(f"<th>{html.escape(p)}</th>" for p in reasons)
+    body = "\n".join(
+        f"<tr><th>{label}</th>"
+        + "".join(f'<td class="num">{_fmt(v) if v is not None else "–"}</td>' for v in values)
+        + "</tr>"
+        for label, values in lines
+    )
+    return f'<table class="reasons">\n<tr><th>Jobs</th>{heads}</tr>\n{body}\n</table>'
 
 
 def context_table(context: Mapping[str, str]) -> str:
@@ -153,19 +221,24 @@ def breakdown_table(
     key_title: str,
     order: Callable[[Iterable[str]], list[str]],
 ) -> str:
-    """Rows = slices (sizes or groups) in ``order``; a block of columns per policy."""
+    """A row per slice (size or group, in ``order``) and policy; the columns are the statistics.
+
+    Long rather than wide: a block of columns per policy grows past the page with six
+    policies, while a row per policy keeps the table as wide as its statistics.
+    """
     keys = order({key for stats in breakdowns.values() for key in stats})
-    policies = "".join(f'<th colspan="{len(_GROUP_COLUMNS)}">{html.escape(p)}</th>' for p in breakdowns)
-    subheads = "".join(f"<th>{c}</th>" for c in _GROUP_COLUMNS) * len(breakdowns)
-    rows = "".join(
-        f"<tr><th>{html.escape(key)}</th>"
-        + "".join(_group_cells(stats.get(key)) for stats in breakdowns.values())
-        + "</tr>\n"
-        for key in keys
-    )
+    heads = "".join(f"<th>{c}</th>" for c in _GROUP_COLUMNS)
+    rows = []
+    for key in keys:
+        for i, (policy, stats) in enumerate(breakdowns.items()):
+            first = f'<th rowspan="{len(breakdowns)}">{html.escape(key)}</th>' if i == 0 else ""
+            css = ' class="first"' if i == 0 else ""
+            rows.append(
+                f"<tr{css}>{first}<td>{html.escape(policy)}</td>{_group_cells(stats.get(key))}</tr>\n"
+            )
     return (
-        f'<table class="breakdown">\n<tr><th rowspan="2">{html.escape(key_title)}</th>'
-        f"{policies}</tr>\n<tr>{subheads}</tr>\n{rows}</table>"
+        f'<table class="breakdown">\n<tr><th>{html.escape(key_title)}</th><th>Policy</th>{heads}</tr>\n'
+        f"{''.join(rows)}</table>"
     )
 
 
@@ -220,7 +293,9 @@ def size_slowdown_figure(summaries: Mapping[str, RunSummary]) -> go.Figure:
     return _layout(fig, "Mean bounded slowdown by job size", "Job size (GPUs)", "Mean bounded slowdown")
 
 
-def _step_traces(fig: go.Figure, series: StepSeries, policy: str, color: str) -> None:
+def _step_traces(  # noqa: PLR0917 - the panel's row and column complete the series' place
+    fig: go.Figure, series: StepSeries, policy: str, color: str, row: int, col: int
+) -> None:
     """The binned mean as a line; where binning hid spikes, a shaded band up to the peaks."""
     hours = series.time_s / _HOUR
     fig.add_trace(
@@ -232,7 +307,9 @@ def _step_traces(fig: go.Figure, series: StepSeries, policy: str, color: str) ->
             name=policy,
             legendgroup=policy,
             line_color=color,
-        )
+        ),
+        row=row,
+        col=col,
     )
     if not np.array_equal(series.mean, series.peak):
         fig.add_trace(
@@ -247,7 +324,9 @@ def _step_traces(fig: go.Figure, series: StepSeries, policy: str, color: str) ->
                 line_width=0,
                 fill="tonexty",
                 fillcolor=_rgba(color, 0.2),
-            )
+            ),
+            row=row,
+            col=col,
         )
 
 
@@ -256,23 +335,56 @@ def timeline_figure(
     series_of: Callable[[Timeline], StepSeries],
     title: str,
     ytitle: str,
+    last_arrivals: Mapping[str, float | None] | None = None,
 ) -> go.Figure:
-    """One step line per policy of ``series_of(timeline)`` against time in hours."""
-    fig = go.Figure()
+    """Small multiples: a panel per policy of ``series_of(timeline)`` against time in hours.
+
+    A dashed line marks each policy's last arrival (``last_arrivals``, hours), the end of the
+    arrival window: what follows is the drain.
+
+    Panels share both axes, so heights compare across policies; one plot with six overlaid
+    step lines is unreadable where they cross.
+    """
+    policies = list(timelines)
+    cols = min(PANEL_COLUMNS, max(len(policies), 1))
+    rows = max(1, math.ceil(len(policies) / cols))
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        shared_xaxes="all",
+        shared_yaxes="all",
+        subplot_titles=[html.escape(p) for p in policies] or None,
+        horizontal_spacing=0.04,
+        vertical_spacing=0.12 if rows > 1 else 0.0,
+    )
     for i, (policy, timeline) in enumerate(timelines.items()):
-        _step_traces(fig, series_of(timeline), policy, policy_color(i))
-    return _layout(fig, title, "Time (hours)", ytitle)
+        row, col = i // cols + 1, i % cols + 1
+        _step_traces(fig, series_of(timeline), policy, policy_color(i), row=row, col=col)
+        last = (last_arrivals or {}).get(policy)
+        if last is not None:
+            fig.add_vline(x=last, line_dash="dash", line_width=1, line_color="#555", row=row, col=col)
+    fig.update_layout(title=title, template="plotly_white", height=180 + 220 * rows, showlegend=False)
+    fig.update_xaxes(title_text="Time (hours)", row=rows)
+    fig.update_yaxes(title_text=ytitle, col=1)
+    return fig
 
 
 def _figures(runs: HtmlRuns) -> list[go.Figure]:
     tables = {policy: table for policy, (table, _, _) in runs.items()}
     timelines = {policy: timeline for policy, (_, timeline, _) in runs.items()}
     summaries = {policy: summary for policy, (_, _, summary) in runs.items()}
+    last = {policy: last_arrival_h(table) for policy, table in tables.items()}
     return [
         wait_cdf_figure(tables),
         size_slowdown_figure(summaries),
-        timeline_figure(timelines, allocation_series, "GPU allocation", "Allocated GPUs (% of cluster)"),
-        timeline_figure(timelines, queue_series, "Queue length", "Waiting jobs (all queues)"),
+        timeline_figure(
+            timelines,
+            allocation_series,
+            "GPU allocation (dashed: the last arrival; after it, the drain)",
+            "Allocated GPUs (% of cluster)",
+            last,
+        ),
+        timeline_figure(timelines, queue_series, "Queue length", "Waiting jobs (all queues)", last),
     ]
 
 
@@ -288,19 +400,29 @@ def _body(runs: HtmlRuns, title: str, context: Mapping[str, str]) -> str:
     summaries = {policy: summary for policy, (_, _, summary) in runs.items()}
     by_size = {policy: s.by_size for policy, s in summaries.items()}
     by_group = {policy: s.by_group for policy, s in summaries.items()}
+    reasons = {policy: wait_reasons(table) for policy, (table, _, _) in runs.items()}
     return f"""<h1>{html.escape(title)}</h1>
 <h2>Context</h2>
 {context_table(context)}
 <h2>Summary</h2>
 <p class="note">Highlighted: the best value in each row (compared before rounding);
 the Better column says which direction is better. A dash means undefined (no job to measure).</p>
-{metrics_table(summaries)}
+{_scrolling(metrics_table(summaries))}
+<p class="note">GPU allocation is given twice: over the arrival window (first to last
+submission, the period the offered load refers to) and over the whole run, which goes on
+until the last job ends; the drain after the last arrival, with fewer and fewer jobs left,
+lowers the second.</p>
+<h2>Why jobs waited</h2>
+<p class="note">Per policy: the plugin whose verdict held each job back last before it started
+(its reason is in the job table's <code>wait_reason</code> column), the jobs that never ran,
+and how far real starts fell from the starts that reservations promised.</p>
+{_scrolling(wait_reasons_table(reasons))}
 <h2>Charts</h2>
 {_figure_html(_figures(runs))}
 <h2>By job size</h2>
-{breakdown_table(by_size, "Size (GPUs)", order_size_labels)}
+{_scrolling(breakdown_table(by_size, "Size (GPUs)", order_size_labels))}
 <h2>By group</h2>
-{breakdown_table(by_group, "Group", sorted)}
+{_scrolling(breakdown_table(by_group, "Group", sorted))}
 """
 
 
