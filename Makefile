@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: demo test lint bench clean e2e-kind e2e-kind-clean
+.PHONY: demo test lint bench docs-slow clean e2e-kind e2e-kind-clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test: lint
 
 bench: $(VENV)/.core
 	$(BIN)/python benchmarks/sim_throughput.py
+
+# The README's and docs' commands marked `sh runnable slow` (minutes each), in a fresh clone of HEAD,
+# a line per command as it starts and ends; the cheap `sh runnable` ones run in `make test`.
+docs-slow: $(VENV)/.dev
+	$(BIN)/python tools/doc_commands.py --only-slow
 
 # End to end on a local kind cluster: needs Docker and kind (https://kind.sigs.k8s.io); not run in CI.
 # Builds the image, loads it into kind, installs the PodGroup CRD, deploy/ and the gang example,

@@ -1,6 +1,6 @@
 """Run the shell commands that README.md and docs/*.md mark as runnable, in a fresh clone.
 
-Marker convention (docs/contributing.md): a fenced block opened with
+Marker convention (stated in README.md, "A short tour"): a fenced block opened with
 
     ```sh runnable         every line is a command; tests/integration/test_doc_commands.py runs them
     ```sh runnable slow    runs only with --slow (`make docs-slow`): minutes, not seconds
