@@ -178,8 +178,7 @@ PANEL_COLUMNS = 3
 
 
 def _new_axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
-    # Fixed margins, room on the right for the legend: matplotlib's constrained layout
-    # measured every text box again and took half the time of writing the plots.
+    # Fixed margins, with room on the right for the legend outside the axes.
     fig = Figure(figsize=(9.0, 4.8))
     fig.subplots_adjust(left=0.08, right=0.8, bottom=0.11, top=0.91)
     ax = fig.add_subplot()
