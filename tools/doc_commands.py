@@ -21,9 +21,11 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -59,7 +61,7 @@ def commands_in(path: Path, root: Path) -> list[Command]:
     """The commands of ``path``'s blocks marked runnable, in document order."""
     found: list[Command] = []
     lines = path.read_text(encoding="utf-8").splitlines()
-    name = path.relative_to(root).as_posix()
+    name = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
     i = 0
     while i < len(lines):
         fence = FENCE.match(lines[i])
@@ -116,25 +118,45 @@ def environment(clone: Path) -> dict[str, str]:
     return env
 
 
-def run_one(command: Command, clone: Path, timeout_s: float) -> tuple[bool, float, str]:
-    """Run ``command`` in the clone; (passed, seconds, output)."""
+def run_one(command: Command, clone: Path, timeout_s: float, *, stream: bool) -> tuple[bool, float, str]:
+    """Run ``command`` in the clone; (passed, seconds, output). With ``stream``, its output is
+    printed line by line as it comes (the slow commands' progress), indented under its header."""
     started = time.perf_counter()
+    process = subprocess.Popen(
+        ["bash", "-o", "pipefail", "-c", command.text],
+        cwd=clone,
+        env=environment(clone),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, so a timeout ends its children too
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if stream:
+                print(f"    | {line.rstrip()}", flush=True)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        done = subprocess.run(
-            ["bash", "-o", "pipefail", "-c", command.text],
-            cwd=clone,
-            env=environment(clone),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
+        status = process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        reader.join(5)
+        return (
+            False,
+            time.perf_counter() - started,
+            "".join(lines) + f"\n(killed after the {timeout_s:.0f} s limit)",
         )
-    except subprocess.TimeoutExpired as exc:
-        output = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        return False, time.perf_counter() - started, f"{output}\n(killed after the {timeout_s:.0f} s limit)"
-    output = done.stdout + done.stderr
-    passed = done.returncode == 0 and TRACEBACK not in output
-    return passed, time.perf_counter() - started, output + f"\n(exit status {done.returncode})"
+    reader.join()
+    output = "".join(lines)
+    passed = status == 0 and TRACEBACK not in output
+    return passed, time.perf_counter() - started, output + f"\n(exit status {status})"
 
 
 def select(all_commands: Sequence[Command], *, slow: bool, only_slow: bool) -> list[Command]:
@@ -167,11 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fresh clone of {args.repo} in {clone}; {len(chosen)} commands", flush=True)
         for n, command in enumerate(chosen, 1):
             print(f"[{n}/{len(chosen)}] {command.where}: {command.text}", flush=True)
-            passed, seconds, output = run_one(command, clone, args.timeout)
+            passed, seconds, output = run_one(command, clone, args.timeout, stream=command.slow)
             print(f"    {'ok' if passed else 'FAILED'} in {seconds:.1f} s", flush=True)
             if not passed:
                 failures.append(command)
-                print("    " + "\n    ".join(output.strip().splitlines()[-30:]), flush=True)
+                shown = output.strip().splitlines()[-1 if command.slow else -30 :]  # slow: shown as it ran
+                print("    " + "\n    ".join(shown), flush=True)
         shutil.rmtree(clone, ignore_errors=True)
     for command in failures:
         print(f"FAILED {command.where}: {command.text}")
