@@ -41,7 +41,7 @@ bench: $(VENV)/.core
 # The README's and docs' commands marked `sh runnable slow` (minutes each), in a fresh clone of HEAD,
 # a line per command as it starts and ends; the cheap `sh runnable` ones run in `make test`.
 docs-slow: $(VENV)/.dev
-	$(BIN)/python tools/doc_commands.py --only-slow
+	$(BIN)/python tools/doc_commands.py --only-slow --timeout 1800
 
 # End to end on a local kind cluster: needs Docker and kind (https://kind.sigs.k8s.io); not run in CI.
 # Builds the image, loads it into kind, installs the PodGroup CRD, deploy/ and the gang example,
