@@ -128,3 +128,14 @@ def test_kube_dry_run_without_a_kubeconfig_names_the_option(
 )
 def test_explain_speaks_hours_and_names_the_plugin_once(raw: str, shown: str) -> None:
     assert readable_step(raw) == shown
+
+
+def test_rejected_jobs_are_said_under_the_table(
+    bad_swf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nsml's resource-types plugin refuses jobs that name no resource type (a replayed SWF trace)."""
+    args = ["simulate", "--trace", str(bad_swf), "--profiles", "nsml", "--on-error", "skip"]
+    code, text = _run([*args, "--out", str(tmp_path / "o")], capsys, monkeypatch)
+    assert code == 0, text
+    assert "nsml: 1 of 1 jobs rejected at arrival" in text
+    assert "resource type" in text

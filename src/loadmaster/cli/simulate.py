@@ -90,6 +90,9 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
         raise ConfigError("--explain", "", f"no job {unknown[0]!r} in the workload (ids look like j000001)")
     runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted)
     console.print(_comparison(runs))
+    for run in runs:
+        if run.summary.jobs_rejected:
+            console.print(_rejections(run), markup=False, highlight=False)
     if any(math.isnan(run.summary.jain_fairness) for run in runs):
         console.print("jain -: the jobs have fewer than two users, so there is no fairness to compare.")
     for job_id in sorted(wanted):
@@ -97,6 +100,16 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
     with working(f"Writing the report, plots and job tables to {out}"):
         paths = write_outputs(out, runs, context(spec_cluster, spec_workload, seed))
     console.print(f"Report: [bold]{paths['report']}[/]  metrics: {paths['metrics']}")
+
+
+def _rejections(run: ProfileRun) -> str:
+    """A profile's jobs refused at arrival, with the first reason: they are in no column's mean."""
+    reasons = [str(r) for r in run.result.jobs.reason if str(r).startswith("rejected")]
+    first = reasons[0].removeprefix("rejected: ") if reasons else "no reason recorded"
+    return (
+        f"{run.profile.name}: {run.summary.jobs_rejected:,} of {run.summary.jobs:,} jobs rejected "
+        f"at arrival, so its waits leave them out; first: {first}"
+    )
 
 
 def _check_options(*, load: float | None, period: float | None, on_error: str, trace: Path | None) -> None:
