@@ -16,7 +16,6 @@ from pathlib import Path
 from loadmaster import __version__
 from loadmaster.config import Cluster, Workload
 from loadmaster.metrics import RunSummary, summarize, wait_reasons
-from loadmaster.report import write_html_report, write_job_table, write_plots, write_timeline
 from loadmaster.scheduling import Profile, Scheduler
 from loadmaster.scheduling.mig_plan import with_interactive_default
 from loadmaster.sim import RunResult, SimOptions, simulate
@@ -84,6 +83,15 @@ def context(cluster: Cluster, workload: Workload, seed: int) -> dict[str, str]:
 
 def write_outputs(out_dir: Path, runs: Sequence[ProfileRun], ctx: dict[str, str]) -> dict[str, Path]:
     """Write metrics.json, per-profile job tables and timelines, PNG plots and report.html."""
+    # Imported here: the plotting libraries cost a second to load, and compare() (the benchmarks,
+    # the learned scheduler's evaluation) must run where they are not installed.
+    from loadmaster.report import (  # noqa: PLC0415
+        write_html_report,
+        write_job_table,
+        write_plots,
+        write_timeline,
+    )
+
     out_dir.mkdir(parents=True, exist_ok=True)
     for run in runs:
         write_job_table(run.result.jobs, out_dir / f"jobs.{run.profile.name}")

@@ -81,3 +81,13 @@ def test_version_prints_the_version() -> None:
 
     result = CliRunner().invoke(app, ["version"])
     assert result.output.strip() == __version__
+
+
+def test_comparing_profiles_imports_no_plotting_library() -> None:
+    """The scheduler, the simulator and experiment.compare run where matplotlib and plotly are absent."""
+    code = (
+        "import sys, loadmaster.experiment, loadmaster.scheduling, loadmaster.sim\n"
+        "print(sorted(m for m in ('matplotlib', 'plotly') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
