@@ -73,6 +73,7 @@ def fake_agent(clock: list[float]) -> tuple[Agent, FakeReader]:
 
 def test_agent_labels_its_gpus_as_dcgm_exporter_does() -> None:
     agent, _ = fake_agent([0.0])
+    agent.sample()
     families = parse(render(agent.latest()))
     common = {"modelName": "NVIDIA A100-SXM4-80GB", "Hostname": "gpu-node-1"}
     assert families["DCGM_FI_DEV_GPU_UTIL"] == [
@@ -82,16 +83,22 @@ def test_agent_labels_its_gpus_as_dcgm_exporter_does() -> None:
     assert "DCGM_FI_DEV_POWER_USAGE" in families and "DCGM_FI_PROF_SM_ACTIVE" not in families
 
 
-def test_agent_reads_at_most_once_per_interval() -> None:
+def test_a_scrape_never_reads_the_gpus_and_says_how_old_its_sample_is() -> None:
     clock = [0.0]
     agent, reader = fake_agent(clock)
-    agent.latest()
-    agent.latest()
+    assert agent.latest().values == {}  # nothing read yet: no GPU values, not a read in the scrape
+    assert reader.reads == 0
+    agent.sample()
     assert reader.reads == 2  # one read per GPU
     reader.values[0]["GPU_UTIL"] = 10.0
-    clock[0] = 1.5
+    clock[0] = 7.5
+    latest = agent.latest()
+    assert latest.values[field("GPU_UTIL")][0] == 90.0 and reader.reads == 2
+    families = parse(render(latest))
+    assert families["loadmaster_agent_sample_age_seconds"] == [({}, 7.5)]
+    assert families["loadmaster_agent_samples"] == [({}, 1.0)]  # the parser drops a counter's _total
+    agent.sample()
     assert agent.latest().values[field("GPU_UTIL")][0] == 10.0
-    assert reader.reads == 4
 
 
 def test_nvml_fields_are_in_the_schema() -> None:
@@ -111,13 +118,16 @@ def test_nvml_reader_without_gpu_says_so() -> None:
 
 def test_metrics_server_serves_the_exposition() -> None:
     agent, _ = fake_agent([0.0])
-    server = MetricsServer(agent.latest, host="127.0.0.1", port=0).start()
+    agent.sample()
+    server = MetricsServer(agent.latest, host="127.0.0.1", port=0, health=agent.health).start()
     try:
         with httpx.Client() as client:
             ok = client.get(f"http://127.0.0.1:{server.port}/metrics")
+            health = client.get(f"http://127.0.0.1:{server.port}/healthz")
             missing = client.get(f"http://127.0.0.1:{server.port}/other")
     finally:
         server.close()
     assert ok.status_code == 200 and ok.headers["content-type"] == CONTENT_TYPE
     assert ok.content == render(agent.latest())
+    assert health.status_code == 200 and "last sample 0.0 s old" in health.text
     assert missing.status_code == 404

@@ -55,8 +55,13 @@ class GpuIndex:
 
 
 def series_positions(index: GpuIndex, series: Sequence[Series]) -> IntArray:
-    """The series id of each flat GPU (-1 where none), matched on the ``Hostname`` and ``gpu`` labels."""
-    by_place = {(s.labels.get("Hostname"), s.labels.get("gpu")): s.id for s in series if s.scope == "gpu"}
+    """The series id of each flat GPU (-1 where none), matched on the ``Hostname`` and ``gpu`` labels
+    (a MIG instance's series, which carries its parent's ``gpu`` and a ``GPU_I_ID``, is not the GPU's)."""
+    by_place = {
+        (s.labels.get("Hostname"), s.labels.get("gpu")): s.id
+        for s in series
+        if s.scope == "gpu" and "GPU_I_ID" not in s.labels
+    }
     names = [n.name for n in index.nodes.nodes]
     return np.array(
         [by_place.get((names[n], str(g)), -1) for n, g in zip(index.node, index.gpu, strict=True)],

@@ -25,11 +25,24 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @dataclass(frozen=True)
+class Gauge:
+    """One unlabelled sample about the exporter itself (``loadmaster_agent_sample_age_seconds``)."""
+
+    name: str
+    doc: str
+    value: float
+    kind: str = "gauge"
+    """``gauge`` or ``counter`` (a counter's name ends in ``_total``)."""
+
+
+@dataclass(frozen=True)
 class LatestValues:
-    """What one scrape shows: the series and, per field, the latest value of each series by id."""
+    """What one scrape shows: the series and, per field, the latest value of each series by id;
+    ``extra`` are the exporter's own samples, written after the GPU fields."""
 
     series: Sequence[Series]
     values: Mapping[Field, Mapping[int, float]]
+    extra: Sequence[Gauge] = ()
 
 
 def latest_values(
@@ -54,6 +67,9 @@ def render(latest: LatestValues) -> bytes:
             continue
         lines += [f"# HELP {f.name} {_escape_help(f.doc)} ({f.unit}).", f"# TYPE {f.name} {f.kind.value}"]
         lines += [f"{f.name}{_labels(series)} {_number(value)}" for series, value in samples]
+    for g in latest.extra:
+        lines += [f"# HELP {g.name} {_escape_help(g.doc)}", f"# TYPE {g.name} {g.kind}"]
+        lines.append(f"{g.name} {_number(g.value)}")
     return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
@@ -78,14 +94,25 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
+Health = Callable[[], tuple[bool, str]]
+"""Whether the exporter is healthy, and a line saying why (``/healthz``)."""
+
+
 class MetricsServer:
     """A small HTTP server answering ``GET /metrics`` with ``render(source())``; ``port=0`` picks a free one.
 
-    Runs in a daemon thread; ``close`` stops it. Any other path is 404.
+    ``GET /healthz`` answers 200 or 503 with ``health()``'s line (always 200 without one). Runs in a
+    daemon thread; ``close`` stops it. Any other path is 404.
     """
 
-    def __init__(self, source: Callable[[], LatestValues], host: str = "0.0.0.0", port: int = 9400) -> None:
-        handler = _handler(source)
+    def __init__(
+        self,
+        source: Callable[[], LatestValues],
+        host: str = "0.0.0.0",
+        port: int = 9400,
+        health: Health | None = None,
+    ) -> None:
+        handler = _handler(source, health)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
@@ -111,10 +138,15 @@ class MetricsServer:
         self._server.server_close()
 
 
-def _handler(source: Callable[[], LatestValues]) -> type[BaseHTTPRequestHandler]:
+def _handler(source: Callable[[], LatestValues], health: Health | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path.split("?")[0] != "/metrics":
+            path = self.path.split("?")[0]
+            if path == "/healthz":
+                ok, why = health() if health is not None else (True, "ok")
+                self._send(200 if ok else 503, (why + "\n").encode(), "text/plain; charset=utf-8")
+                return
+            if path != "/metrics":
                 self.send_error(404, "only /metrics is served here")
                 return
             try:
@@ -122,8 +154,11 @@ def _handler(source: Callable[[], LatestValues]) -> type[BaseHTTPRequestHandler]
             except Exception as exc:  # a failed read must reach the scraper as an error, not kill the server
                 self.send_error(500, f"reading telemetry failed: {exc}")
                 return
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE)
+            self._send(200, body, CONTENT_TYPE)
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -12,7 +12,9 @@ the schema (``instance``, the scrape ``job``) are dropped from
 ``Series.labels``. Prometheus renames an exposed ``job`` label (loadmaster's
 job) to ``exported_job`` because ``job`` is the scrape job's name; it is read
 back as ``job``. Keep ``honor_labels`` off (the default): with it on, a free
-GPU's series would carry the scrape job's name as its ``job``. PromQL is
+GPU's series would carry the scrape job's name as its ``job``. dcgm-exporter's
+newer ``hostname`` label (renamed from ``Hostname`` upstream, #655) is read as
+``Hostname``. PromQL is
 built only from schema field names and escaped label values, never from raw
 user text.
 """
@@ -203,6 +205,10 @@ class PrometheusStore:
         labels = {k: v for k, v in raw.items() if k in LABELS and k != "job"}
         if "exported_job" in raw:
             labels["job"] = raw["exported_job"]
+        if "hostname" in raw and "Hostname" not in raw:
+            labels["Hostname"] = raw[
+                "hostname"
+            ]  # dcgm-exporter since May 2026 (#655) writes it in lower case
         scope = Scope.GPU if "gpu" in raw or "UUID" in raw else Scope.NODE
         self._known[new] = Series(new, scope.value, labels)
         return new
