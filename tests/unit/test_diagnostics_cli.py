@@ -61,3 +61,30 @@ def test_missing_input_is_a_clear_error() -> None:
     result = CliRunner().invoke(app, ["diagnose"])
     assert result.exit_code != 0
     assert "--synthetic" in str(result.exception)
+
+
+def test_iterations_command_prints_steps_as_steps_with_units(tmp_path: Path) -> None:
+    rows = ["rank,iteration,time_s"]
+    for k in range(1, 201):
+        for r in range(8):
+            t = 2.0 if r == 5 and 80 < k <= 120 else 1.0 + 0.01 * ((k * 7 + r * 3) % 5 - 2)
+            rows.append(f"{r},{k},{t}")
+    path = tmp_path / "steps.csv"
+    path.write_text("\n".join(rows) + "\n")
+    result = CliRunner().invoke(
+        app, ["diagnose", "iterations", str(path), "--json", str(tmp_path / "f.json")]
+    )
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "8 ranks, 200 iterations (1-200), times in s" in text
+    assert "straggler on rank 5 in iterations 81-120" in text
+    assert "by 0.995 s (median)" in text and "would take 49% less time" in text
+    data = json.loads((tmp_path / "f.json").read_text())
+    assert data["unit"] == "s" and data["stragglers"][0]["axis"] == "iteration"
+
+
+def test_iterations_command_names_the_missing_columns(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("a,b\n1,2\n")
+    result = CliRunner().invoke(app, ["diagnose", "iterations", str(path)])
+    assert result.exit_code != 0 and "lacks column 'rank'" in str(result.exception)

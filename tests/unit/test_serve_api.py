@@ -161,6 +161,19 @@ def test_job_findings_name_kind_targets_interval_evidence_confidence(client: Tes
         assert f["evidence"]["metrics"] and f["evidence"]["text"]
 
 
+def test_a_job_page_reaching_before_the_telemetry_shows_no_missing_data() -> None:
+    """The default demo keeps 6 h of history but telemetry for only the last hour of its warm-up:
+    a job that started earlier is diagnosed from where its telemetry begins, and the page says so."""
+    long = build_demo(DemoOptions(speed=60.0))
+    with TestClient(create_app(long, run_stepper=False)) as c:
+        bodies = [
+            _get(c, f"/api/jobs/{job_id}/findings", _auth(long, "operator"))
+            for job_id in sorted(long.sim.cluster.running)
+        ]
+    assert not [f["summary"] for b in bodies for f in b["findings"] if f["kind"] == "missing"]
+    assert any("telemetry begins at" in b.get("note", "") for b in bodies)
+
+
 def test_reclaim_report_is_for_operators_and_names_idle_gpus(client: TestClient, demo: Demo) -> None:
     _get(client, "/api/operator/reclaim", _auth(demo, _users(demo)[0]), status=403)
     report = _get(client, "/api/operator/reclaim", _auth(demo, "operator"))

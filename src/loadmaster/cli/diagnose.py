@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -10,16 +11,22 @@ import typer
 
 from loadmaster.cli.output import console
 from loadmaster.diagnostics import (
+    IterationTimes,
     ReclaimRule,
     diagnose,
     frame_from_files,
     frame_from_store,
     frame_from_tables,
+    read_pai_minibatch,
     reclaim_report,
+    slow_group,
+    stragglers,
     write_report,
 )
-from loadmaster.diagnostics.frame import JobFrame
+from loadmaster.diagnostics.frame import JobFrame, read_table
+from loadmaster.diagnostics.iterations import read_iteration_csv
 from loadmaster.errors import TelemetryError
+from loadmaster.telemetry.prometheus import PrometheusStore
 from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
@@ -66,11 +73,21 @@ def synthetic_frame(nodes: int = 4, duration_s: float = 3600.0, seed: int = 0) -
 def diagnose_command(  # noqa: PLR0917 - typer maps each option to a parameter
     ctx: typer.Context,
     store: Annotated[Path | None, typer.Option(help="DuckDB telemetry store file")] = None,
+    prometheus: Annotated[
+        str | None, typer.Option(help="Prometheus base URL (http://prometheus:9090): read the job's series")
+    ] = None,
+    window: Annotated[
+        float, typer.Option(help="With --prometheus and no --start: seconds back from --end (default now)")
+    ] = 3600.0,
     samples: Annotated[Path | None, typer.Option(help="Samples file (Parquet or CSV, SAMPLE_SCHEMA)")] = None,
     series: Annotated[Path | None, typer.Option(help="Series file (Parquet or CSV, SERIES_SCHEMA)")] = None,
     job: Annotated[str | None, typer.Option(help="Job id (the series' job label)")] = None,
-    start: Annotated[float | None, typer.Option(help="Start, seconds (store only)")] = None,
-    end: Annotated[float | None, typer.Option(help="End, seconds (store only)")] = None,
+    start: Annotated[
+        float | None, typer.Option(help="Start, seconds (store: its clock; Prometheus: Unix time)")
+    ] = None,
+    end: Annotated[
+        float | None, typer.Option(help="End, seconds (store: its clock; Prometheus: Unix time)")
+    ] = None,
     step: Annotated[float, typer.Option(help="Grid step in seconds")] = 1.0,
     synthetic: Annotated[
         bool, typer.Option(help="Diagnose a generated demo job with injected faults")
@@ -85,12 +102,17 @@ def diagnose_command(  # noqa: PLR0917 - typer maps each option to a parameter
     """Diagnose one job: write findings (JSON) and a report with plots (HTML)."""
     if ctx.invoked_subcommand is not None:
         return
-    frame = _load(store, samples, series, job, start, end, step, synthetic, nodes, duration, seed)
+    if prometheus is not None:
+        frame = _from_prometheus(prometheus, job, start=start, end=end, window=window, step=step)
+    else:
+        frame = _load(store, samples, series, job, start, end, step, synthetic, nodes, duration, seed)
     diagnosis = diagnose(frame)
     paths = write_report(diagnosis, frame, out)
+    if diagnosis.note:
+        console.print(diagnosis.note, markup=False, highlight=False)
     for finding in diagnosis.findings:
         console.print(finding.summary, markup=False, highlight=False)
-    if not diagnosis.findings:
+    if not diagnosis.findings and diagnosis.telemetry_s >= 1:
         console.print("No findings: every GPU behaves like its peers.")
     console.print(f"Report: {paths['html']}  findings: {paths['json']}", markup=False, highlight=False)
 
@@ -119,6 +141,22 @@ def _load(  # noqa: PLR0917 - the options of diagnose_command, passed on
             raise TelemetryError("--store needs --job, --start and --end")
         return frame_from_store(_open_store(store), job, start, end, step)
     raise TelemetryError("give --store, --samples/--series or --synthetic")
+
+
+def _from_prometheus(
+    url: str, job: str | None, *, start: float | None, end: float | None, window: float, step: float
+) -> JobFrame:
+    """The job's series read from Prometheus with range queries, on a ``step`` grid ending at ``end``."""
+    if job is None:
+        raise TelemetryError("--prometheus needs --job (the job label of the GPUs' series)")
+    if window <= 0 or step <= 0:
+        raise TelemetryError(f"--window and --step must be > 0 seconds, got {window} and {step}")
+    until = end if end is not None else time.time()
+    since = start if start is not None else until - window
+    if since >= until:
+        raise TelemetryError(f"--start ({since}) must be before --end ({until})")
+    with PrometheusStore(url, lookback_s=max(until - since, window) + 3600.0) as store:
+        return frame_from_store(store, job, since, until, step)
 
 
 def _open_store(path: Path) -> DuckDBStore:
@@ -157,3 +195,40 @@ def reclaim_command(  # noqa: PLR0917 - typer maps each option to a parameter
         console.print("Every allocated GPU is in use.")
     if json_out is not None:
         json_out.write_text(json.dumps(report.to_dict(), indent=2))
+
+
+@app.command("iterations")
+def iterations_command(
+    path: Annotated[Path, typer.Argument(help="Per-rank iteration times: CSV or Parquet")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the findings here")] = None,
+) -> None:
+    """Stragglers and slow groups from per-rank iteration times.
+
+    The file holds columns rank, iteration, time_s (one row per rank and iteration), or is an
+    Alibaba PAI v2020 mini-batch file (worker, time, batch_time_norm: times normalised to 0-1000).
+    """
+    it = _read_iterations(path)
+    found = stragglers(it)
+    group = slow_group(it)
+    console.print(
+        f"{it.job}: {len(it.ranks)} ranks, {it.iterations.size} iterations "
+        f"({it.iterations[0]:.0f}-{it.iterations[-1]:.0f}), times in {it.unit}",
+        markup=False,
+        highlight=False,
+    )
+    for finding in [*found, *([group] if group is not None else [])]:
+        console.print(finding.summary, markup=False, highlight=False)
+    if not found and group is None:
+        console.print("No stragglers: every rank keeps pace with its peers.")
+    if json_out is not None:
+        rows = [f.to_dict() for f in found]
+        body = {"job": it.job, "unit": it.unit, "stragglers": rows,
+                "slow_group": group.to_dict() if group is not None else None}  # fmt: skip
+        json_out.write_text(json.dumps(body, indent=2))
+
+
+def _read_iterations(path: Path) -> IterationTimes:
+    columns = read_table(path).column_names
+    if "batch_time_norm" in columns:
+        return read_pai_minibatch(path)
+    return read_iteration_csv(path)

@@ -21,6 +21,7 @@ from loadmaster.diagnostics.signals import (
     BoolArray,
     FloatArray,
     merge_runs,
+    nanmean,
     nanmedian,
     refine_run,
     rolling_mean,
@@ -42,6 +43,9 @@ class DetectorConfig:
     straggler_z: float = 5.0
     """... and at least this many robust standard deviations (1.4826 MAD across ranks)."""
     straggler_min_s: float = 120.0
+    straggler_group_ratio: float = 2.0
+    """Stragglers at the same time are one finding only when their excesses are within this factor:
+    one rank far slower than the others is reported alone, not merged with mildly slow neighbours."""
     comm_ib_ratio: float = 0.5
     """A node whose InfiniBand bytes fall below this share of the node median has a degraded link."""
     comm_min_s: float = 60.0
@@ -58,6 +62,9 @@ class DetectorConfig:
     missing_min_s: float = 30.0
     """A gap shorter than this (or than 3 of the GPU's own sampling intervals) is not reported."""
     merge_gap_s: float = 30.0
+    min_telemetry_s: float = 120.0
+    """Less telemetry than this (seconds with any sample of the job) gives no verdict: the diagnosis
+    says there is too little to judge instead of reporting findings (the shortest detector needs 120 s)."""
 
     def steps(self, seconds: float, frame: JobFrame) -> int:
         """``seconds`` as a whole number of grid steps (at least 1)."""
@@ -68,21 +75,30 @@ Span = tuple[int, int, int, float]
 """(row, first step, last step, strength) of one per-GPU (or per-node) anomaly."""
 
 
-def group_spans(spans: list[Span]) -> list[list[Span]]:
+def group_spans(spans: list[Span], max_ratio: float | None = None) -> list[list[Span]]:
     """Per-row spans grouped when they overlap with intersection-over-union >= 0.5 (one incident
-    on several GPUs becomes one finding)."""
+    on several GPUs becomes one finding). With ``max_ratio``, a span joins a group only when the
+    group's strengths stay within that factor of each other, so a GPU far worse than the rest
+    (a severe straggler beside mildly slow neighbours) is reported alone."""
     groups: list[list[Span]] = []
     for span in sorted(spans, key=lambda s: (s[1], s[2])):
         for group in groups:
             a, b = group[0][1], group[0][2]
             inter = min(b, span[2]) - max(a, span[1]) + 1
             union = max(b, span[2]) - min(a, span[1]) + 1
-            if inter > 0 and inter / union >= 0.5:
+            if inter > 0 and inter / union >= 0.5 and _comparable(group, span, max_ratio):
                 group.append(span)
                 break
         else:
             groups.append([span])
     return groups
+
+
+def _comparable(group: list[Span], span: Span, max_ratio: float | None) -> bool:
+    if max_ratio is None:
+        return True
+    levels = [abs(s[3]) for s in group] + [abs(span[3])]
+    return max(levels) <= max_ratio * max(min(levels), 1e-12)
 
 
 def _targets(frame: JobFrame, rows: list[int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -118,13 +134,24 @@ def _long_runs(mask: BoolArray, min_steps: int, gap: int) -> list[tuple[int, int
 # ---------------------------------------------------------------------------- data quality
 
 
+def telemetry_began(frame: JobFrame) -> int:
+    """The first step in which any GPU of the job sent a sample (the number of steps when none did)."""
+    sent = np.flatnonzero(frame.present.any(axis=0))
+    return int(sent[0]) if sent.size else int(frame.times_s.size)
+
+
 def detect_missing(frame: JobFrame, cfg: DetectorConfig) -> list[Finding]:
-    """GPUs that sent nothing for at least ``missing_min_s`` (and 3 of their own intervals)."""
+    """GPUs that sent nothing for at least ``missing_min_s`` (and 3 of their own intervals) after the
+    job's telemetry began: the time before any GPU of the job reported is no gap (the window reached
+    back before the job's telemetry), and :func:`~loadmaster.diagnostics.report.diagnose` says so."""
+    began = telemetry_began(frame)
     spans: list[Span] = []
     for r in range(len(frame.gpus)):
         need = max(cfg.missing_min_s, 3 * float(frame.native_step_s[r]))
-        for a, b in _long_runs(~frame.present[r], cfg.steps(need, frame), 0):
-            spans.append((r, a, b, (b - a + 1) * frame.step_s))
+        for first, b in _long_runs(~frame.present[r], cfg.steps(need, frame), 0):
+            a = max(first, began)
+            if b - a + 1 >= cfg.steps(need, frame):
+                spans.append((r, a, b, (b - a + 1) * frame.step_s))
     out = []
     for group in group_spans(spans):
         dur = float(np.median([s[3] for s in group]))
@@ -277,6 +304,9 @@ def detect_straggler(frame: JobFrame, cfg: DetectorConfig) -> list[Finding]:
     threshold = np.maximum(cfg.straggler_excess, cfg.straggler_z * np.nan_to_num(mad))
     hot = rolling_mean(thermal_mask(frame, cfg).astype(np.float64), 3 * w) > 0
     flag = (np.nan_to_num(excess) > threshold) & ~hot
+    quiet = ~rolling_mean(flag.astype(np.float64), 3 * w).astype(bool).any(axis=0) & np.isfinite(med)
+    # The what-if reads SM activity with the waits left in (a peer idle at the barrier is waiting).
+    busy = rolling_mean(np.where(frame.present, frame.metric("SM_ACTIVE"), np.nan), w)
     spans: list[Span] = []
     for r in range(len(frame.gpus)):
         for run in _long_runs(flag[r], cfg.steps(cfg.straggler_min_s, frame), w):
@@ -284,20 +314,65 @@ def detect_straggler(frame: JobFrame, cfg: DetectorConfig) -> list[Finding]:
             a, b = refine_run(np.where(hot[r], 0.0, excess[r]), run, level)
             spans.append((r, a, b, level))
     out = []
-    for group in group_spans(spans):
+    for group in group_spans(spans, cfg.straggler_group_ratio):
         rows = [s[0] for s in group]
         a, b = group[0][1], group[0][2]
         level = float(np.median([s[3] for s in group]))
         peers = float(nanmedian(med[a : b + 1]))
+        share, how = _whatif_step_time_share(busy, rows, (a, b), quiet)
         ev = Evidence(
             ("SM_ACTIVE",),
-            {"sm_active": peers + level, "peer_median_sm_active": peers, "excess": level},
-            f"SM_ACTIVE {peers + level:.2f} against a peer median of {peers:.2f}: the peers wait for it",
+            {
+                "sm_active": peers + level,
+                "peer_median_sm_active": peers,
+                "excess": level,
+                "whatif_step_time_share": share,
+                "whatif_speedup": 1.0 / share,
+            },
+            f"SM_ACTIVE {peers + level:.2f} against a peer median of {peers:.2f}: the peers wait for it; "
+            f"at the peers' pace each step would take {100 * (1 - share):.0f}% less time "
+            f"({1 / share:.2f}x faster, estimated {how})",
         )
         conf = confidence(level, cfg.straggler_excess, (b - a + 1) * frame.step_s, cfg.straggler_min_s)
         out.append(_finding(frame, FindingKind.STRAGGLER, group, ev, conf))
-        del rows
     return out
+
+
+def _whatif_step_time_share(
+    smooth: FloatArray, rows: list[int], span: tuple[int, int], quiet: BoolArray
+) -> tuple[float, str]:
+    """The share of today's step time a step would take if the straggling ``rows`` ran at their peers'
+    median pace (synchronous training waits for the slowest rank at every step), and how it was found.
+
+    SM activity is each rank's busy share of a step times its SMs' intensity while busy. With the
+    straggler computing ``m`` times as long as the median peer (the ratio of their SM activity) and
+    the busiest other rank ``m2`` times, a step of length T that would take T0 without any straggler
+    takes ``T0 + (m2 - 1) c`` at the peers' pace, ``c`` being the peers' compute time,
+    ``(T - T0) / (m - 1)``. T0 / T is the peers' SM activity during the episode over their activity
+    in the job's quiet steps (same compute over a longer step); without quiet steps, c / T is the
+    peers' SM activity over the job's busiest (95th percentile of its smoothed SM activity).
+    """
+    a, b = span
+    median = nanmedian(smooth[:, a : b + 1], axis=0)
+    peer = float(nanmean(median))
+    if not peer > 0:
+        return 1.0, "no peer activity"
+    m = float(nanmean(nanmean(smooth[rows, a : b + 1], axis=0))) / peer
+    others = np.delete(smooth[:, a : b + 1], rows, axis=0)
+    m2 = float(nanmean(np.fmax.reduce(others, axis=0))) / peer if others.size else 1.0
+    m2 = min(max(1.0, m2), m)
+    if m <= 1.0:
+        return 1.0, "no slowdown"
+    if int(quiet.sum()) >= 10:
+        healthy = float(nanmean(nanmedian(smooth[:, quiet], axis=0)))
+        t0_share = min(1.0, peer / healthy) if healthy > 0 else 1.0
+        share = t0_share + (m2 - 1.0) * (1.0 - t0_share) / (m - 1.0)
+        how = "from the peers' SM activity against the job's quiet steps"
+    else:
+        busy = float(np.nanpercentile(smooth, 95)) if np.isfinite(smooth).any() else 1.0
+        share = 1.0 - (m - m2) * peer / max(busy, peer)
+        how = "from SM activity levels (no quiet steps to compare with)"
+    return float(np.clip(share, 0.05, 1.0)), how
 
 
 def detect_comm(frame: JobFrame, cfg: DetectorConfig) -> list[Finding]:

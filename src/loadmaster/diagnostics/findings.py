@@ -51,6 +51,9 @@ class Finding:
     end_s: float
     evidence: Evidence
     confidence: float
+    axis: str = "s"
+    """What ``start_s``/``end_s`` count: seconds (``s``), or ``iteration`` stamps for findings of
+    per-rank iteration times."""
 
     @property
     def summary(self) -> str:
@@ -58,10 +61,12 @@ class Finding:
         where = ", ".join(self.nodes) if self.nodes else ", ".join(self.gpus[:4])
         if not self.nodes and len(self.gpus) > 4:
             where += f" (+{len(self.gpus) - 4} more)"
-        return (
-            f"{self.kind.value} on {where} from {self.start_s:.0f} s to {self.end_s:.0f} s: "
-            f"{self.evidence.text} (confidence {self.confidence:.2f})"
+        when = (
+            f"in iterations {self.start_s:.0f}-{self.end_s:.0f}"
+            if self.axis == "iteration"
+            else f"from {self.start_s:.0f} s to {self.end_s:.0f} s"
         )
+        return f"{self.kind.value} on {where} {when}: {self.evidence.text} (confidence {self.confidence:.2f})"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -71,6 +76,7 @@ class Finding:
             "nodes": list(self.nodes),
             "start_s": round(self.start_s, 3),
             "end_s": round(self.end_s, 3),
+            "axis": self.axis,
             "confidence": round(self.confidence, 3),
             "evidence": {
                 "metrics": list(self.evidence.metrics),

@@ -7,6 +7,7 @@ where a rank did not report, such as the Alibaba PAI v2020 mini-batch data
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class IterationTimes:
     ranks: tuple[str, ...]
     iterations: FloatArray
     times: FloatArray
+    unit: str = "s"
+    """The unit of ``times``: seconds, or ``units`` where the source normalised them (PAI: 0-1000)."""
 
 
 def read_pai_minibatch(path: Path) -> IterationTimes:
@@ -51,7 +54,42 @@ def read_pai_minibatch(path: Path) -> IterationTimes:
     iters = np.unique(stamp)
     times = np.full((ranks.size, iters.size), np.nan)
     times[np.searchsorted(ranks, worker), np.searchsorted(iters, stamp)] = value
-    return IterationTimes(path.stem.removesuffix("_norm"), tuple(f"worker {r}" for r in ranks), iters, times)
+    job = path.stem.removesuffix("_norm")
+    return IterationTimes(job, tuple(f"worker {r}" for r in ranks), iters, times, unit="units (0-1000)")
+
+
+def read_iteration_csv(path: Path) -> IterationTimes:
+    """A CSV (or Parquet) with columns ``rank``, ``iteration``, ``time_s``: one row per rank and step."""
+    table = read_table(path)
+    for col in ("rank", "iteration", "time_s"):
+        if col not in table.column_names:
+            raise TelemetryError(f"{path}: lacks column {col!r} (expected rank, iteration, time_s)")
+    rank = [str(r) for r in table.column("rank").to_pylist()]
+    stamp = np.asarray(table.column("iteration").to_numpy(), dtype=np.float64)
+    value = np.asarray(table.column("time_s").to_numpy(), dtype=np.float64)
+    ranks = sorted(set(rank), key=lambda r: (len(r), r))
+    row = {r: i for i, r in enumerate(ranks)}
+    iters = np.unique(stamp)
+    times = np.full((len(ranks), iters.size), np.nan)
+    times[[row[r] for r in rank], np.searchsorted(iters, stamp)] = value
+    return IterationTimes(path.stem, tuple(f"rank {r}" for r in ranks), iters, times, unit="s")
+
+
+def whatif_step_time_share(it: IterationTimes, rows: Sequence[int], first: int, last: int) -> float:
+    """The share of the job's time over iterations ``first..last`` it would take if ``rows`` ran at
+    their peers' median each iteration: synchronous training waits for the slowest rank, so a step
+    lasts the maximum over ranks; the rows' times are replaced by the other ranks' median."""
+    span = it.times[:, first : last + 1]
+    others = np.delete(span, list(rows), axis=0)
+    if others.size == 0:
+        return 1.0
+    step = np.fmax.reduce(span, axis=0)
+    better = span.copy()
+    better[list(rows)] = nanmedian(others, axis=0)[None, :]
+    new = np.fmax.reduce(better, axis=0)
+    ok = np.isfinite(step) & np.isfinite(new)
+    total = float(step[ok].sum())
+    return float(new[ok].sum() / total) if total > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -84,19 +122,27 @@ def stragglers(it: IterationTimes, cfg: IterationConfig | None = None) -> list[F
             if hits < 3:
                 continue
             excess = float(nanmedian((it.times[r, a : b + 1] - med[a : b + 1])[slow[r, a : b + 1]]))
+            share = whatif_step_time_share(it, [r], a, b)
             ev = Evidence(
                 ("iteration time",),
                 {
                     "slow_iterations": hits,
                     "median_excess": excess,
                     "max_z": float(np.nanmax(z[r, a : b + 1])),
+                    "whatif_step_time_share": share,
+                    "whatif_speedup": 1.0 / share,
                 },
-                f"{hits} iterations slower than the per-iteration median by {excess:.0f} (median)",
+                f"{hits} iterations slower than the per-iteration median by {excess:.3g} {it.unit} (median); "
+                f"at its peers' median the job's iterations {_whatif_text(share)}",
             )
             conf = confidence(hits, 3, float(b - a + 1), 3.0)
             start, end = float(it.iterations[a]), float(it.iterations[b])
-            out.append(Finding(FindingKind.STRAGGLER, (rank,), (), start, end, ev, conf))
+            out.append(Finding(FindingKind.STRAGGLER, (rank,), (), start, end, ev, conf, axis="iteration"))
     return out
+
+
+def _whatif_text(share: float) -> str:
+    return f"would take {100 * (1 - share):.0f}% less time ({1 / share:.2f}x faster)"
 
 
 def slow_group(it: IterationTimes, cfg: IterationConfig | None = None) -> Finding | None:
@@ -113,15 +159,20 @@ def slow_group(it: IterationTimes, cfg: IterationConfig | None = None) -> Findin
         return None
     rows = np.flatnonzero(clusters.labels == slowest_label)
     cps = change_points(nanmedian(it.times[rows], axis=0), min_size=20)
+    share = whatif_step_time_share(it, rows.tolist(), 0, it.iterations.size - 1)
+    ratio = group_level[slowest_label] / fastest
     ev = Evidence(
         ("iteration time",),
         {
             "slow_median": group_level[slowest_label],
             "fast_median": fastest,
             "silhouette": clusters.silhouette,
+            "whatif_step_time_share": share,
+            "whatif_speedup": 1.0 / share,
         },
-        f"{rows.size} ranks run {group_level[slowest_label] / fastest:.1f}x slower than the fastest group "
-        f"({len(cps)} change points in their time)",
+        f"{rows.size} ranks run {ratio:.1f}x slower than the fastest group (median iteration "
+        f"{group_level[slowest_label]:.3g} against {fastest:.3g} {it.unit}; {len(cps)} change points in "
+        f"their time); at the other ranks' median the job's iterations {_whatif_text(share)}",
     )
     return Finding(
         FindingKind.STRAGGLER,
@@ -131,4 +182,5 @@ def slow_group(it: IterationTimes, cfg: IterationConfig | None = None) -> Findin
         float(it.iterations[-1]),
         ev,
         round(min(0.99, 0.5 + clusters.silhouette / 2), 3),
+        axis="iteration",
     )

@@ -20,8 +20,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 
-from loadmaster.diagnostics.detectors import DetectorConfig, detect
+from loadmaster.diagnostics.detectors import DetectorConfig, detect, telemetry_began
 from loadmaster.diagnostics.findings import Finding
 from loadmaster.diagnostics.frame import JobFrame
 from loadmaster.diagnostics.overview import OVERVIEW_METRICS, Overview, overview
@@ -45,6 +46,10 @@ class Diagnosis:
     findings: tuple[Finding, ...]
     overview: Overview | None
     analysis_s: float
+    telemetry_s: float = 0.0
+    """Seconds of the window in which some GPU of the job sent a sample."""
+    note: str | None = None
+    """Why there is no verdict (too little telemetry), or what part of the window had no telemetry."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -56,16 +61,22 @@ class Diagnosis:
             "end_s": self.end_s,
             "step_s": self.step_s,
             "analysis_s": round(self.analysis_s, 4),
+            "telemetry_s": self.telemetry_s,
+            "note": self.note,
             "findings": [f.to_dict() for f in self.findings],
             "overview": self.overview.to_dict() if self.overview is not None else None,
         }
 
 
 def diagnose(frame: JobFrame, cfg: DetectorConfig | None = None, with_overview: bool = True) -> Diagnosis:
-    """Run every detector (and the overview views) on a frame."""
+    """Run every detector (and the overview views) on a frame; with too little telemetry, none, and a
+    note that says so (a verdict on a few samples would be noise, and no data is not a finding)."""
     started = time.perf_counter()
-    findings = tuple(detect(frame, cfg))
-    view = overview(frame) if with_overview else None
+    config = cfg or DetectorConfig()
+    telemetry_s, note = coverage(frame, config)
+    enough = telemetry_s >= config.min_telemetry_s
+    findings = tuple(detect(frame, config)) if enough else ()
+    view = overview(frame) if with_overview and enough else None
     return Diagnosis(
         frame.job,
         len(frame.gpus),
@@ -76,7 +87,29 @@ def diagnose(frame: JobFrame, cfg: DetectorConfig | None = None, with_overview: 
         findings,
         view,
         time.perf_counter() - started,
+        telemetry_s,
+        note,
     )
+
+
+def coverage(frame: JobFrame, cfg: DetectorConfig) -> tuple[float, str | None]:
+    """Seconds with any sample of the job, and a note when it is too little or begins late."""
+    sent = frame.present.any(axis=0)
+    telemetry_s = float(np.count_nonzero(sent)) * frame.step_s
+    if telemetry_s < cfg.min_telemetry_s:
+        return telemetry_s, (
+            f"too little telemetry for a verdict: {telemetry_s:.0f} s with samples in the "
+            f"{frame.times_s.size * frame.step_s:.0f} s asked for "
+            f"(at least {cfg.min_telemetry_s:.0f} s needed)"
+        )
+    began = telemetry_began(frame)
+    if began > 0:
+        start, _ = frame.interval(began, began)
+        return telemetry_s, (
+            f"the job's telemetry begins at {start:.0f} s, {start - frame.start_s:.0f} s into the window; "
+            "the time before is not diagnosed"
+        )
+    return telemetry_s, None
 
 
 def _png(fig: Any) -> str:
@@ -144,6 +177,7 @@ def render_html(diagnosis: Diagnosis, frame: JobFrame | None) -> str:
         f"<p>{diagnosis.gpus} GPUs on {diagnosis.nodes} nodes, "
         f"{diagnosis.start_s:.0f}-{diagnosis.end_s:.0f} s "
         f"at {diagnosis.step_s:g} s; analysis {diagnosis.analysis_s:.2f} s.</p>",
+        f"<p><b>{html.escape(diagnosis.note)}</b></p>" if diagnosis.note else "",
         "<h2>Findings</h2>",
         "<table border='1' cellspacing='0' cellpadding='3'><tr><th>kind</th><th>target</th><th>start s</th>"
         f"<th>end s</th><th>confidence</th><th>evidence</th></tr>{rows}</table>"

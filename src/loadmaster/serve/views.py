@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.diagnostics import detect, frame_from_store
+from loadmaster.diagnostics import diagnose, frame_from_store
 from loadmaster.diagnostics.reclaim import ReclaimRule, reclaim_report
 from loadmaster.errors import LoadmasterError
 from loadmaster.model import MILLI_PER_GPU, Job, PendingJob, TaskPlacement
@@ -553,8 +553,10 @@ def job_findings(demo: Demo, principal: Principal, job_id: str) -> Json:
 
     Computed from the demo's store on the telemetry grid over the newest
     :data:`FINDINGS_WINDOW_S` of the run; a job without telemetry under its
-    label (pending, or its GPUs already relabelled after it ended) gets an
-    empty list and a ``note`` that says why.
+    label (pending, or its GPUs already relabelled after it ended), or too
+    little of it for a verdict, gets an empty list and a ``note`` that says
+    why; a window reaching back before the job's telemetry began gets a
+    ``note`` saying where it begins (that time is not reported as missing).
     """
     job = _find_job(demo, principal, job_id)
     start, end = _run_interval(demo, job.id)
@@ -567,8 +569,9 @@ def job_findings(demo: Demo, principal: Principal, job_id: str) -> Json:
     if end - lo < 3 * step or not demo.store.series(job=job.id):
         return {**out, "note": "too little telemetry under this job's label to diagnose"}
     frame = frame_from_store(demo.store, job.id, lo, end, step)
-    findings = detect(frame)
-    return {**out, "start_s": lo, "end_s": end, "findings": [f.to_dict() for f in findings]}
+    diagnosis = diagnose(frame, with_overview=False)
+    body = {**out, "start_s": lo, "end_s": end, "findings": [f.to_dict() for f in diagnosis.findings]}
+    return {**body, "note": diagnosis.note} if diagnosis.note else body
 
 
 def reclaim_view(demo: Demo) -> Json:
