@@ -11,6 +11,9 @@ import typer
 from loadmaster.cli.output import console, working
 from loadmaster.errors import ConfigError
 from loadmaster.serve import DemoOptions, build_demo, create_app
+from loadmaster.serve.config import load_serve_config
+from loadmaster.serve.identity import Authenticator
+from loadmaster.serve.state import StateStore
 
 
 def serve(  # noqa: PLR0917 - typer maps each option to a parameter
@@ -29,6 +32,10 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
     tokens_file: Annotated[Path, typer.Option(help="Where to write the demo users' tokens (JSON)")] = Path(
         "out/serve-tokens.json"
     ),
+    config: Annotated[
+        Path | None,
+        typer.Option(help="serve.yaml: sign-in (hashed tokens, trusted proxy), identities, state file"),
+    ] = None,
 ) -> None:
     """Serve the GPU dashboard and its JSON API; with --demo, over a live simulated cluster."""
     if not demo:
@@ -36,6 +43,10 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
             "loadmaster serve", "--demo", "only the demo cluster can be served so far; pass --demo"
         )
     import uvicorn  # noqa: PLC0415 - the server is only needed by this command
+
+    settings = load_serve_config(config) if config is not None else None
+    auth = Authenticator(settings.auth) if settings is not None and settings.auth is not None else None
+    state = StateStore(settings.state.path) if settings is not None else None
 
     started = time.perf_counter()
     options = DemoOptions(cluster=cluster, gpus=cluster_gpus, profile=profile, speed=speed, seed=seed)
@@ -47,8 +58,13 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
         f"[bold]{running.cluster_name}[/]: {len(nodes)} nodes, {nodes.total_gpus:,} GPUs, profile "
         f"[bold]{profile}[/], {speed:g}x; ready in {time.perf_counter() - started:.1f} s"
     )
-    running.tokens.write(tokens_file)
-    for token, who in running.tokens.principals():
-        console.print(f"  {who.role.value:<8} {who.name:<9} http://{host}:{port}/#token={token}")
-    console.print(f"Tokens written to {tokens_file}")
-    uvicorn.run(create_app(running), host=host, port=port, log_level="warning")
+    if state is not None:
+        console.print(f"State (layouts, settings, reclaim ledger): {state.path}, schema v{state.version}")
+    if auth is None:
+        running.tokens.write(tokens_file)
+        for token, who in running.tokens.principals():
+            console.print(f"  {who.role.value:<8} {who.name:<9} http://{host}:{port}/#token={token}")
+        console.print(f"Tokens written to {tokens_file}")
+    else:
+        console.print(f"Sign-in from {config}: the demo's generated tokens are not used")
+    uvicorn.run(create_app(running, auth=auth, state=state), host=host, port=port, log_level="warning")

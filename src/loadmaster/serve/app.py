@@ -11,6 +11,7 @@ a Prometheus can scrape it (``authorization`` in its scrape config).
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import threading
@@ -27,8 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from loadmaster.serve import views
-from loadmaster.serve.auth import AuthError, Principal, require_operator
+from loadmaster.serve.auth import Authenticator, AuthError, Principal, require_operator
 from loadmaster.serve.demo import Demo
+from loadmaster.serve.state import StateStore
 from loadmaster.telemetry.exposition import CONTENT_TYPE, latest_values, render
 
 STATIC = Path(str(resources.files("loadmaster.serve") / "static"))
@@ -42,9 +44,10 @@ def plotly_js() -> Path:
 
 
 async def _principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
-    """The caller, from its bearer token (401 without a valid one)."""
-    demo: Demo = request.app.state.demo
-    return demo.tokens.authenticate(authorization)
+    """The caller, from the sign-in proxy's headers or its bearer token (401 without either)."""
+    auth: Authenticator = request.app.state.auth
+    client = request.client.host if request.client is not None else None
+    return auth.authenticate(authorization, request.headers, client)
 
 
 Who = Annotated[Principal, Depends(_principal)]
@@ -66,6 +69,19 @@ class Layout(BaseModel):
     layout: Literal["hierarchy", "user"] = "hierarchy"
     collapsed: list[str] = Field(default_factory=list, max_length=10_000)
     """Keys of the collapsed groups (pool, zone, rack)."""
+
+
+class Settings(BaseModel):
+    """Body of ``PUT /api/me/settings``: one user's preferences, kept on the server."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: Literal["util", "sm", "memory", "power", "temp"] = "util"
+    """The metric job pages open with."""
+    time_range_s: float = Field(default=3 * 3600.0, gt=0, le=90 * 86400.0)
+    """The time range charts open with."""
+    page_size: int = Field(default=50, ge=10, le=1000)
+    """Rows per page of long tables."""
 
 
 CacheKey = tuple[str, str, float | None]
@@ -117,8 +133,19 @@ class _SnapshotCache:
                     self._entries[key] = (encoded, make, self._entries[key][2])
 
 
-def create_app(demo: Demo, *, step_interval_s: float = 0.5, run_stepper: bool = True) -> FastAPI:
-    """The API and dashboard over ``demo``; with ``run_stepper`` simulated time advances while it serves."""
+def create_app(
+    demo: Demo,
+    *,
+    step_interval_s: float = 0.5,
+    run_stepper: bool = True,
+    auth: Authenticator | None = None,
+    state: StateStore | None = None,
+) -> FastAPI:
+    """The API and dashboard over ``demo``; with ``run_stepper`` simulated time advances while it serves.
+
+    ``auth`` says who a request is (default: the demo's generated tokens); ``state`` keeps layouts,
+    settings and the reclaim ledger (default: in memory, lost on exit).
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -134,26 +161,43 @@ def create_app(demo: Demo, *, step_interval_s: float = 0.5, run_stepper: bool = 
     cache = _SnapshotCache()
     app = FastAPI(title="loadmaster", summary="GPU cluster dashboard API", lifespan=lifespan)
     app.state.demo = demo
+    app.state.auth = auth if auth is not None else demo.tokens
+    app.state.store = state if state is not None else StateStore(":memory:")
     _errors(app)
     _routes(app, demo, cache)
-    _layout_routes(app)
+    _state_routes(app, app.state.store)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
 
 
-def _layout_routes(app: FastAPI) -> None:
-    """Each user's saved layout, kept on the server so it follows the user to any browser."""
-    layouts: dict[str, Layout] = {}
+def _state_routes(app: FastAPI, store: StateStore) -> None:
+    """Each user's saved layout and settings, kept on the server so they follow the user to any browser
+    and survive a restart; the reclaim ledger for operators."""
 
     @app.get("/api/me/layout")
-    def get_layout(who: Who) -> Layout | dict[str, Any]:
-        saved = layouts.get(who.name)
-        return saved if saved is not None else {}
+    def get_layout(who: Who) -> dict[str, Any]:
+        return store.layout(who.name) or {}
 
     @app.put("/api/me/layout")
     def put_layout(who: Who, layout: Layout) -> Layout:
-        layouts[who.name] = layout
+        store.save_layout(who.name, layout.model_dump())
         return layout
+
+    @app.get("/api/me/settings")
+    def get_settings(who: Who) -> dict[str, Any]:
+        return store.settings(who.name) or Settings().model_dump()
+
+    @app.put("/api/me/settings")
+    def put_settings(who: Who, settings: Settings) -> Settings:
+        store.save_settings(who.name, settings.model_dump())
+        return settings
+
+    @app.get("/api/operator/ledger")
+    def ledger(who: Who, job: str | None = None, limit: int = 200) -> dict[str, Any]:
+        """Reclaim actions, newest first: who (actor), what, to which job, when and why."""
+        require_operator(who)
+        rows = store.ledger(limit=max(1, min(limit, 5000)), job=job)
+        return {"entries": [dataclasses.asdict(e) for e in rows]}
 
 
 async def _stepper(demo: Demo, cache: _SnapshotCache, interval_s: float) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Protocol
 
 from loadmaster.errors import LoadmasterError
 
@@ -34,10 +35,24 @@ class Principal:
 
     name: str
     role: Role
+    groups: frozenset[str] = field(default_factory=frozenset)
+    namespaces: frozenset[str] = field(default_factory=frozenset)
+    """Kubernetes namespaces whose jobs this principal sees in full, besides its own."""
 
     @property
     def is_operator(self) -> bool:
         return self.role is Role.OPERATOR
+
+
+class Authenticator(Protocol):
+    """Who a request comes from: :class:`TokenTable` (the demo) or serve.yaml's identity setup."""
+
+    def authenticate(
+        self, header: str | None, headers: Mapping[str, str] | None = None, client: str | None = None
+    ) -> Principal:
+        """The principal of a request (its Authorization header, all headers, the client's address);
+        an AuthError with status 401 when it cannot say."""
+        ...
 
 
 class AuthError(LoadmasterError):
@@ -60,7 +75,9 @@ class TokenTable:
         entries = [(name, Role.USER) for name in users] + [(name, Role.OPERATOR) for name in operators]
         return cls({secrets.token_urlsafe(18): Principal(name, role) for name, role in entries})
 
-    def authenticate(self, header: str | None) -> Principal:
+    def authenticate(
+        self, header: str | None, headers: Mapping[str, str] | None = None, client: str | None = None
+    ) -> Principal:
         """The principal of an ``Authorization: Bearer <token>`` header; 401 when missing or unknown."""
         if not header:
             raise AuthError(401, "missing bearer token (Authorization: Bearer <token>)")
@@ -95,6 +112,11 @@ def require_operator(principal: Principal) -> None:
         raise AuthError(403, f"{principal.name} is a user; this needs the operator role")
 
 
-def can_see_job(principal: Principal, owner: str) -> bool:
-    """Whether the principal may see a job's details: its owner or an operator."""
-    return principal.is_operator or principal.name == owner
+def can_see_job(principal: Principal, owner: str, namespace: str | None = None) -> bool:
+    """Whether the principal may see a job's details: its owner, an operator, or one granted the
+    job's namespace."""
+    return (
+        principal.is_operator
+        or principal.name == owner
+        or (namespace is not None and namespace in principal.namespaces)
+    )

@@ -85,6 +85,16 @@ METRICS: dict[str, Metric] = {
 """The colour-by metrics, by the key the API and the page use."""
 
 
+def job_namespace(job: Job) -> str:
+    """The Kubernetes namespace of a job (``namespace/name`` ids, as ``kube`` names them); a demo job,
+    which has none, stands in its group."""
+    return job.id.split("/", 1)[0] if "/" in job.id else job.group
+
+
+def _may_see(principal: Principal, job: Job) -> bool:
+    return can_see_job(principal, job.user, job_namespace(job))
+
+
 class NotFoundError(LoadmasterError):
     """A job, node or metric the request named does not exist (404)."""
 
@@ -171,7 +181,7 @@ def _owner_slots(
     """The owner table (columnar) and each GPU's slot in it (-1 free); others' jobs share one slot."""
     jobs = demo.sim.jobs
     numbers = np.unique(owner[owner != FREE])
-    visible = [int(n) for n in numbers if can_see_job(principal, jobs[n].job.user)]
+    visible = [int(n) for n in numbers if _may_see(principal, jobs[n].job)]
     hidden = len(numbers) - len(visible)
     table: Json = {"job": [], "user": [], "gpus": [], "mine": []}
     lookup = np.full(len(jobs) + 1, -1, dtype=np.int64)
@@ -229,7 +239,7 @@ def node_view(demo: Demo, principal: Principal, name: str) -> Json:
     for offset, flat in enumerate(range(part.start, part.stop)):
         number = int(owner[flat])
         job = demo.sim.jobs[number].job if number != FREE else None
-        seen = job is not None and can_see_job(principal, job.user)
+        seen = job is not None and _may_see(principal, job)
         gpus.append(
             {
                 "gpu": offset,
@@ -288,7 +298,7 @@ def jobs_view(demo: Demo, principal: Principal, scope: str) -> Json:
     rows, others = [], _Aggregate()
     for job in _visible_jobs(demo):
         mine = job.user == principal.name
-        if mine or (scope == "all" and principal.is_operator):
+        if mine or (scope == "all" and _may_see(principal, job)):
             rows.append({**_job_row(demo, job), "efficiency_pct": _round(efficiency.get(job.id))})
         elif scope == "all":
             others.add(job, demo)
@@ -336,7 +346,7 @@ def _find_job(demo: Demo, principal: Principal, job_id: str) -> Job:
     if number is None or demo.sim.jobs[number].job.submit_s > demo.sim.now_s:
         raise NotFoundError(f"no job {job_id!r}")
     job = demo.sim.jobs[number].job
-    if not can_see_job(principal, job.user):
+    if not _may_see(principal, job):
         raise AuthError(403, f"job {job_id} belongs to another user; users see only their own jobs")
     return job
 
@@ -407,7 +417,7 @@ def queue_view(demo: Demo, principal: Principal) -> Json:
         entry["pending"] += 1
         entry["gpus_wanted"] += job.gpus
         entry["oldest_wait_s"] = max(entry["oldest_wait_s"], demo.sim.now_s - job.submit_s)
-        if can_see_job(principal, job.user):
+        if _may_see(principal, job):
             entry["jobs"].append(_pending_row(demo, pending, positions))
         else:
             entry["hidden"] += 1

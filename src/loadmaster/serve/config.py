@@ -1,0 +1,116 @@
+"""``serve.yaml``: how ``loadmaster serve --config`` authenticates, maps identities and keeps its state.
+
+Every section is validated on load; an error names the file, the line, the
+field and what is allowed. Example (docs/dashboard.md explains each field)::
+
+    auth:
+      tokens_file: /etc/loadmaster/tokens.yaml      # hashed bearer tokens
+      proxy:                                        # oauth2-proxy / Grafana auth proxy
+        user_header: X-Forwarded-User
+        groups_header: X-Forwarded-Groups
+        trusted: [10.0.0.0/8, 127.0.0.1/32]
+      operators: {groups: [gpu-admins], users: []}
+      identities:                                    # identity -> scheduler user and namespaces
+        ann@example.org: {user: ann, namespaces: [team-a]}
+      groups:
+        team-a: {namespaces: [team-a]}
+    state:
+      path: /var/lib/loadmaster/serve.sqlite
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from loadmaster.config.yamlfile import read_yaml, validate
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ProxyConfig(_Strict):
+    """Reverse-proxy authentication: the proxy has authenticated the user and says who in headers."""
+
+    user_header: str = "X-Forwarded-User"
+    """oauth2-proxy's header (``--pass-user-headers``); Grafana's auth proxy sends X-WEBAUTH-USER."""
+    groups_header: str | None = "X-Forwarded-Groups"
+    """Comma-separated groups (oauth2-proxy); None: groups come only from the identities mapping."""
+    trusted: list[str] = Field(min_length=1)
+    """Addresses or networks of the proxies (CIDR). Headers from any other address are ignored: anyone
+    could send them, so only a request that came through the proxy may name its user this way."""
+
+    @field_validator("trusted")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"{item!r} is not an address or CIDR network ({exc})") from None
+        return value
+
+
+class Operators(_Strict):
+    """Who has the operator role: these identities and members of these groups."""
+
+    users: list[str] = Field(default_factory=list)
+    groups: list[str] = Field(default_factory=list)
+
+
+class IdentityRule(_Strict):
+    """What one identity (a token's name, or the proxy's user) is in the cluster."""
+
+    user: str | None = None
+    """The scheduler's user name (the job owner label); default: the identity itself."""
+    groups: list[str] = Field(default_factory=list)
+    """Groups added to those the proxy or token says."""
+    namespaces: list[str] = Field(default_factory=list)
+    """Kubernetes namespaces whose jobs this identity sees in full (besides its own jobs)."""
+
+
+class GroupRule(_Strict):
+    """What membership of a group grants."""
+
+    namespaces: list[str] = Field(default_factory=list)
+
+
+class AuthConfig(_Strict):
+    """Token file and/or reverse proxy, and the identity mapping."""
+
+    tokens_file: Path | None = None
+    proxy: ProxyConfig | None = None
+    operators: Operators = Field(default_factory=Operators)
+    identities: dict[str, IdentityRule] = Field(default_factory=dict)
+    groups: dict[str, GroupRule] = Field(default_factory=dict)
+
+
+class StateConfig(_Strict):
+    """Where layouts, settings and the reclaim ledger are kept."""
+
+    path: Path = Path("out/serve-state.sqlite")
+    """An SQLite file; created with its schema on first start."""
+
+
+class ServeConfig(_Strict):
+    """The whole ``serve.yaml``."""
+
+    auth: AuthConfig | None = None
+    """Absent: the demo's generated tokens (``--demo`` only)."""
+    state: StateConfig = Field(default_factory=StateConfig)
+
+
+def load_serve_config(path: Path) -> ServeConfig:
+    """Read and validate ``serve.yaml``; a relative ``tokens_file`` or state path is taken from its folder."""
+    config = validate(ServeConfig, read_yaml(path))
+    base = path.parent
+    auth = config.auth
+    if auth is not None and auth.tokens_file is not None and not auth.tokens_file.is_absolute():
+        auth = auth.model_copy(update={"tokens_file": base / auth.tokens_file})
+    state = config.state
+    if not state.path.is_absolute():
+        state = state.model_copy(update={"path": base / state.path})
+    return config.model_copy(update={"auth": auth, "state": state})
