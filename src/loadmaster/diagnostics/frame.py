@@ -366,11 +366,31 @@ def frame_from_tables(  # noqa: PLR0917 - source, then optional grid
     return builder.frame()
 
 
-def frame_from_store(
-    store: TelemetryStore, job: str, start_s: float, end_s: float, step_s: float = 1.0
+def frame_from_store(  # noqa: PLR0917 - store, job, then the grid
+    store: TelemetryStore,
+    job: str,
+    start_s: float,
+    end_s: float,
+    step_s: float = 1.0,
+    series: Sequence[Series] | None = None,
 ) -> JobFrame:
-    """A frame from a store's ``range`` reads (the store bins; bitmask and XID fields use the step max)."""
-    gpu_series, node_series = job_series(store.series(), job)
+    """A frame from a store's ``range`` reads (the store bins; bitmask and XID fields use the step max).
+
+    The job's GPUs are the series labelled ``job``, or ``series`` when given (the caller knows them
+    another way, such as by their pods: dcgm-exporter labels series with pods, not jobs).
+    """
+    everything = store.series()
+    if series is not None:
+        hosts = {s.labels.get("Hostname", "") for s in series}
+        nodes = [
+            s for s in everything if s.scope == Scope.NODE.value and s.labels.get("Hostname", "") in hosts
+        ]
+        gpu_series = [
+            Series(s.id, s.scope, {**s.labels, "job": job}) for s in series if s.scope == Scope.GPU.value
+        ]
+        node_series = nodes
+    else:
+        gpu_series, node_series = job_series(everything, job)
     builder = FrameBuilder([*gpu_series, *node_series], job, start_s, end_s, step_s)
     times = builder.times
     shift = 1e-6 * step_s  # store steps are [t, t + step); ours are (t, t + step]

@@ -29,7 +29,7 @@ from starlette.concurrency import run_in_threadpool
 
 from loadmaster.serve import views
 from loadmaster.serve.auth import Authenticator, AuthError, Principal, require_operator
-from loadmaster.serve.demo import Demo
+from loadmaster.serve.dashboard import Dashboard
 from loadmaster.serve.state import StateStore
 from loadmaster.telemetry.exposition import CONTENT_TYPE, latest_values, render
 
@@ -111,14 +111,14 @@ class _SnapshotCache:
             self._entries[key] = (found[0], found[1], time.monotonic())
             return found[0]
 
-    def build(self, demo: Demo, key: CacheKey, make: Callable[[], Any]) -> bytes:
+    def build(self, demo: Dashboard, key: CacheKey, make: Callable[[], Any]) -> bytes:
         with demo.lock:
             encoded = json.dumps(make(), separators=(",", ":")).encode()
         with self._guard:
             self._entries[key] = (encoded, make, time.monotonic())
         return encoded
 
-    def refresh(self, demo: Demo) -> None:
+    def refresh(self, demo: Dashboard) -> None:
         """Rebuild the live entries used lately; forget the rest (past frames are kept until unused)."""
         now = time.monotonic()
         with self._guard:
@@ -134,7 +134,7 @@ class _SnapshotCache:
 
 
 def create_app(
-    demo: Demo,
+    demo: Dashboard,
     *,
     step_interval_s: float = 0.5,
     run_stepper: bool = True,
@@ -200,7 +200,7 @@ def _state_routes(app: FastAPI, store: StateStore) -> None:
         return {"entries": [dataclasses.asdict(e) for e in rows]}
 
 
-async def _stepper(demo: Demo, cache: _SnapshotCache, interval_s: float) -> None:
+async def _stepper(demo: Dashboard, cache: _SnapshotCache, interval_s: float) -> None:
     """Advance the demo by the wall time that really passed, every ``interval_s``; refresh the cache."""
 
     def step(wall_s: float) -> None:
@@ -226,7 +226,7 @@ def _errors(app: FastAPI) -> None:
         return JSONResponse({"detail": str(exc)}, status_code=404)
 
 
-def _routes(app: FastAPI, demo: Demo, cache: _SnapshotCache) -> None:
+def _routes(app: FastAPI, demo: Dashboard, cache: _SnapshotCache) -> None:
 
     def body(payload: Any) -> Response:
         return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")

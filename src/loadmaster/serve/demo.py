@@ -162,6 +162,12 @@ class Demo:
     def now_s(self) -> float:
         return self.sim.now_s
 
+    def gpu_series_of(self, job_id: str) -> list[Series]:
+        """The series of the GPUs the job runs on (or last ran on): one fixed series per GPU."""
+        from loadmaster.serve.dashboard import placements_of, series_of_gpus  # noqa: PLC0415 - no cycle at import
+
+        return series_of_gpus(self, placements_of(self.sim, job_id))
+
     @property
     def oldest_s(self) -> float:
         """The oldest time the scrubber can show."""

@@ -26,7 +26,7 @@ from loadmaster.diagnostics.reclaim import ReclaimRule, reclaim_report
 from loadmaster.errors import LoadmasterError
 from loadmaster.model import MILLI_PER_GPU, Job, PendingJob, TaskPlacement
 from loadmaster.serve.auth import AuthError, Principal, can_see_job
-from loadmaster.serve.demo import Demo
+from loadmaster.serve.dashboard import Dashboard, placements_of
 from loadmaster.serve.live import FREE
 from loadmaster.telemetry import field
 
@@ -55,17 +55,17 @@ class Metric:
     unit: str
     low: float
     high: float
-    read: Callable[[Demo, float | None], FloatArray]
+    read: Callable[[Dashboard, float | None], FloatArray]
 
 
-def _field(key: str, scale: float = 1.0) -> Callable[[Demo, float | None], FloatArray]:
-    def read(demo: Demo, at_s: float | None) -> FloatArray:
+def _field(key: str, scale: float = 1.0) -> Callable[[Dashboard, float | None], FloatArray]:
+    def read(demo: Dashboard, at_s: float | None) -> FloatArray:
         return demo.telemetry.values(key, at_s) * scale
 
     return read
 
 
-def _memory_pct(demo: Demo, at_s: float | None) -> FloatArray:
+def _memory_pct(demo: Dashboard, at_s: float | None) -> FloatArray:
     used = demo.telemetry.values("FB_USED", at_s)
     free = demo.telemetry.values("FB_FREE", at_s)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -116,7 +116,7 @@ def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
-def gpu_states(demo: Demo, owner: npt.NDArray[np.int32], at_s: float | None) -> tuple[str, str]:
+def gpu_states(demo: Dashboard, owner: npt.NDArray[np.int32], at_s: float | None) -> tuple[str, str]:
     """Per flat GPU: the state digit (index into STATES) and the badge hex digit, as two strings."""
     util = demo.telemetry.values("GPU_UTIL", at_s)
     xid = np.nan_to_num(demo.telemetry.values("XID_ERRORS", at_s))
@@ -130,7 +130,7 @@ def gpu_states(demo: Demo, owner: npt.NDArray[np.int32], at_s: float | None) -> 
     return "".join("0123"[s] for s in state), "".join(digits[b] for b in badges)
 
 
-def snapshot(demo: Demo, principal: Principal, metric_key: str, at_s: float | None) -> Json:
+def snapshot(demo: Dashboard, principal: Principal, metric_key: str, at_s: float | None) -> Json:
     """The cluster at ``at_s`` (None: now), every GPU once, columnar; see docs/dashboard.md."""
     chosen = metric(metric_key)
     sim = demo.sim
@@ -176,7 +176,7 @@ def snapshot(demo: Demo, principal: Principal, metric_key: str, at_s: float | No
 
 
 def _owner_slots(
-    demo: Demo, principal: Principal, owner: npt.NDArray[np.int32]
+    demo: Dashboard, principal: Principal, owner: npt.NDArray[np.int32]
 ) -> tuple[Json, npt.NDArray[np.int64]]:
     """The owner table (columnar) and each GPU's slot in it (-1 free); others' jobs share one slot."""
     jobs = demo.sim.jobs
@@ -207,7 +207,7 @@ def _owner_slots(
     return table, slot_of
 
 
-def nodes_view(demo: Demo) -> Json:
+def nodes_view(demo: Dashboard) -> Json:
     """Every node with its place, type and GPUs by state."""
     owner = demo.index.flat(demo.sim.owner)
     state, _ = gpu_states(demo, owner, None)
@@ -225,7 +225,7 @@ def nodes_view(demo: Demo) -> Json:
     return {"time_s": demo.sim.now_s, "nodes": rows}
 
 
-def node_view(demo: Demo, principal: Principal, name: str) -> Json:
+def node_view(demo: Dashboard, principal: Principal, name: str) -> Json:
     """One node's GPUs: state, badges, owner (anonymised for a user) and every colour metric."""
     nodes = demo.sim.nodes
     position = next((i for i, n in enumerate(nodes.nodes) if n.name == name), None)
@@ -255,7 +255,7 @@ def node_view(demo: Demo, principal: Principal, name: str) -> Json:
             "resource_type": node.resource_type, "gpus": gpus}  # fmt: skip
 
 
-def _job_state(demo: Demo, job_id: str) -> str:
+def _job_state(demo: Dashboard, job_id: str) -> str:
     sim = demo.sim
     number = sim.index[job_id]
     if job_id in sim.cluster.running:
@@ -269,7 +269,7 @@ def _job_state(demo: Demo, job_id: str) -> str:
     return "submitted" if sim.jobs[number].job.submit_s <= sim.now_s else "future"
 
 
-def _job_row(demo: Demo, job: Job) -> Json:
+def _job_row(demo: Dashboard, job: Job) -> Json:
     sim = demo.sim
     number = sim.index[job.id]
     start = float(sim.log.start[number])
@@ -282,7 +282,7 @@ def _job_row(demo: Demo, job: Job) -> Json:
     }  # fmt: skip
 
 
-def _visible_jobs(demo: Demo) -> Iterable[Job]:
+def _visible_jobs(demo: Dashboard) -> Iterable[Job]:
     sim = demo.sim
     for running in sim.cluster.running.values():
         yield running.job
@@ -290,7 +290,7 @@ def _visible_jobs(demo: Demo) -> Iterable[Job]:
         yield pending.job
 
 
-def jobs_view(demo: Demo, principal: Principal, scope: str) -> Json:
+def jobs_view(demo: Dashboard, principal: Principal, scope: str) -> Json:
     """Running and pending jobs: ``mine`` or ``all``; a user's ``all`` shows others only in aggregate."""
     if scope not in {"mine", "all"}:
         raise NotFoundError(f"unknown scope {scope!r}; known: mine, all")
@@ -316,7 +316,7 @@ class _Aggregate:
         self.running = self.pending = 0
         self.gpus = 0.0
 
-    def add(self, job: Job, demo: Demo) -> None:
+    def add(self, job: Job, demo: Dashboard) -> None:
         self.users.add(job.user)
         if job.id in demo.sim.cluster.running:
             self.running += 1
@@ -329,7 +329,7 @@ class _Aggregate:
                 "gpus_in_use": self.gpus}  # fmt: skip
 
 
-def _efficiency(demo: Demo) -> dict[str, float]:
+def _efficiency(demo: Dashboard) -> dict[str, float]:
     """Mean GPU utilisation (%) of each running job's GPUs at the newest sample."""
     owner = demo.index.flat(demo.sim.owner)
     util = demo.telemetry.values("GPU_UTIL")
@@ -338,10 +338,10 @@ def _efficiency(demo: Demo) -> dict[str, float]:
         return {}
     sums = np.bincount(owner[held], weights=util[held], minlength=len(demo.sim.jobs))
     counts = np.bincount(owner[held], minlength=len(demo.sim.jobs))
-    return {demo.sim.jobs[n].job.id: float(sums[n] / counts[n]) for n in np.flatnonzero(counts)}
+    return {demo.sim.jobs[int(n)].job.id: float(sums[n] / counts[n]) for n in np.flatnonzero(counts)}
 
 
-def _find_job(demo: Demo, principal: Principal, job_id: str) -> Job:
+def _find_job(demo: Dashboard, principal: Principal, job_id: str) -> Job:
     number = demo.sim.index.get(job_id)
     if number is None or demo.sim.jobs[number].job.submit_s > demo.sim.now_s:
         raise NotFoundError(f"no job {job_id!r}")
@@ -351,19 +351,11 @@ def _find_job(demo: Demo, principal: Principal, job_id: str) -> Job:
     return job
 
 
-def _placements(demo: Demo, job_id: str) -> tuple[TaskPlacement, ...]:
-    sim = demo.sim
-    running = sim.cluster.running.get(job_id)
-    if running is not None:
-        return running.placements
-    pending = sim.cluster.pending.get(job_id)
-    if pending is not None:
-        return pending.bound
-    record = sim.records.get(job_id)
-    return record.placements if record is not None else ()
+def _placements(demo: Dashboard, job_id: str) -> tuple[TaskPlacement, ...]:
+    return placements_of(demo.sim, job_id)
 
 
-def job_view(demo: Demo, principal: Principal, job_id: str) -> Json:
+def job_view(demo: Dashboard, principal: Principal, job_id: str) -> Json:
     """One job in full: where it runs, why it waits, when it should start, how well it uses its GPUs."""
     job = _find_job(demo, principal, job_id)
     sim = demo.sim
@@ -381,7 +373,7 @@ def job_view(demo: Demo, principal: Principal, job_id: str) -> Json:
     return body
 
 
-def _positions(demo: Demo) -> dict[str, int]:
+def _positions(demo: Dashboard) -> dict[str, int]:
     """Each pending job's place (1 = next) among the pending jobs of its queue, in submission order."""
     seen: Counter[str] = Counter()
     out = {}
@@ -391,7 +383,7 @@ def _positions(demo: Demo) -> dict[str, int]:
     return out
 
 
-def _pending_row(demo: Demo, pending: PendingJob, positions: dict[str, int]) -> Json:
+def _pending_row(demo: Dashboard, pending: PendingJob, positions: dict[str, int]) -> Json:
     sim = demo.sim
     status = sim.status(pending)
     job = pending.job
@@ -406,7 +398,7 @@ def _pending_row(demo: Demo, pending: PendingJob, positions: dict[str, int]) -> 
     }  # fmt: skip
 
 
-def queue_view(demo: Demo, principal: Principal) -> Json:
+def queue_view(demo: Dashboard, principal: Principal) -> Json:
     """Pending jobs per queue with why each waits and its estimated start; a user's others counted only."""
     positions = _positions(demo)
     queues: dict[str, Json] = {}
@@ -424,7 +416,7 @@ def queue_view(demo: Demo, principal: Principal) -> Json:
     return {"time_s": demo.sim.now_s, "queues": list(queues.values())}
 
 
-def me_view(demo: Demo, principal: Principal) -> Json:
+def me_view(demo: Dashboard, principal: Principal) -> Json:
     """The user view: my running and pending jobs, my queue positions, my GPU efficiency."""
     mine = jobs_view(demo, principal, "mine")["jobs"]
     positions = _positions(demo)
@@ -445,7 +437,7 @@ def me_view(demo: Demo, principal: Principal) -> Json:
     }  # fmt: skip
 
 
-def operator_summary(demo: Demo) -> Json:
+def operator_summary(demo: Dashboard) -> Json:
     """Health, idle allocated GPUs, fragmentation and queues per pool (the caller checks the role)."""
     sim = demo.sim
     owner = demo.index.flat(sim.owner)
@@ -481,7 +473,7 @@ def operator_summary(demo: Demo) -> Json:
     }
 
 
-def _pool_summary(demo: Demo, pool: str, codes: npt.NDArray[np.uint8]) -> Json:
+def _pool_summary(demo: Dashboard, pool: str, codes: npt.NDArray[np.uint8]) -> Json:
     sim = demo.sim
     rows = np.flatnonzero(np.asarray(sim.nodes.pool_index) == sim.nodes.pools.index(pool))
     whole = np.count_nonzero(sim.cluster.gpu_free[rows] == MILLI_PER_GPU, axis=1)
@@ -502,7 +494,7 @@ def _pool_summary(demo: Demo, pool: str, codes: npt.NDArray[np.uint8]) -> Json:
 
 
 def job_telemetry(
-    demo: Demo, principal: Principal, job_id: str, *, metric_key: str, window_s: float, step_s: float
+    demo: Dashboard, principal: Principal, job_id: str, *, metric_key: str, window_s: float, step_s: float
 ) -> Json:
     """A job's rank x time matrix of one metric over its run (at most the last ``window_s``)."""
     job = _find_job(demo, principal, job_id)
@@ -526,7 +518,7 @@ def job_telemetry(
     }  # fmt: skip
 
 
-def _run_interval(demo: Demo, job_id: str) -> tuple[float, float]:
+def _run_interval(demo: Dashboard, job_id: str) -> tuple[float, float]:
     """When the job started (NaN if it has not) and when it ended (now while it runs)."""
     sim = demo.sim
     start = float(sim.log.start[sim.index[job_id]])
@@ -538,7 +530,7 @@ def _run_interval(demo: Demo, job_id: str) -> tuple[float, float]:
 
 
 def _rank_matrix(
-    demo: Demo, chosen: Metric, ranks: list[tuple[int, int]], *, lo: float, hi: float, step: float
+    demo: Dashboard, chosen: Metric, ranks: list[tuple[int, int]], *, lo: float, hi: float, step: float
 ) -> tuple[FloatArray, FloatArray]:
     flat = [int(demo.index.first[n]) + g for n, g in ranks]
     series = [int(demo.telemetry.series_of_gpu[i]) for i in flat]
@@ -558,7 +550,7 @@ FINDINGS_WINDOW_S = 6 * 3600.0
 """How much of a job's run (the newest part) its findings are computed over."""
 
 
-def job_findings(demo: Demo, principal: Principal, job_id: str) -> Json:
+def job_findings(demo: Dashboard, principal: Principal, job_id: str) -> Json:
     """The diagnostics findings of a job's telemetry (kind, targets, interval, evidence, confidence).
 
     Computed from the demo's store on the telemetry grid over the newest
@@ -576,15 +568,16 @@ def job_findings(demo: Demo, principal: Principal, job_id: str) -> Json:
         return {**out, "note": "the job has not started: no telemetry yet"}
     lo = max(start, end - FINDINGS_WINDOW_S, demo.oldest_s)
     lo = step * math.floor(lo / step)
-    if end - lo < 3 * step or not demo.store.series(job=job.id):
-        return {**out, "note": "too little telemetry under this job's label to diagnose"}
-    frame = frame_from_store(demo.store, job.id, lo, end, step)
+    series = demo.gpu_series_of(job.id)
+    if end - lo < 3 * step or not series:
+        return {**out, "note": "too little telemetry of this job's GPUs to diagnose"}
+    frame = frame_from_store(demo.store, job.id, lo, end, step, series=series)
     diagnosis = diagnose(frame, with_overview=False)
     body = {**out, "start_s": lo, "end_s": end, "findings": [f.to_dict() for f in diagnosis.findings]}
     return {**body, "note": diagnosis.note} if diagnosis.note else body
 
 
-def reclaim_view(demo: Demo) -> Json:
+def reclaim_view(demo: Dashboard) -> Json:
     """The reclaim report (idle and under-used allocated GPUs per job and user, with the action)
     as of now; the rule's sample is at least one telemetry step, so coverage is judged fairly."""
     rule = ReclaimRule(sample_s=max(ReclaimRule().sample_s, demo.options.telemetry_step_s))
