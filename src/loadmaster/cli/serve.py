@@ -7,13 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from fastapi import FastAPI
 
 from loadmaster.cli.output import console, working
 from loadmaster.errors import ConfigError
 from loadmaster.serve import DemoOptions, build_demo, create_app
-from loadmaster.serve.config import load_serve_config
+from loadmaster.serve.config import ServeConfig, load_serve_config
 from loadmaster.serve.identity import Authenticator
+from loadmaster.serve.livecluster import LiveDashboard, LiveTiming
 from loadmaster.serve.state import StateStore
+from loadmaster.telemetry.prometheus import PrometheusStore
 
 
 def serve(  # noqa: PLR0917 - typer maps each option to a parameter
@@ -37,17 +40,24 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
         typer.Option(help="serve.yaml: sign-in (hashed tokens, trusted proxy), identities, state file"),
     ] = None,
 ) -> None:
-    """Serve the GPU dashboard and its JSON API; with --demo, over a live simulated cluster."""
-    if not demo:
-        raise ConfigError(
-            "loadmaster serve", "--demo", "only the demo cluster can be served so far; pass --demo"
-        )
+    """Serve the GPU dashboard and its JSON API: with --demo over a live simulated cluster; with
+    --config alone over the Kubernetes cluster and Prometheus it names."""
     import uvicorn  # noqa: PLC0415 - the server is only needed by this command
 
     settings = load_serve_config(config) if config is not None else None
     auth = Authenticator(settings.auth) if settings is not None and settings.auth is not None else None
     state = StateStore(settings.state.path) if settings is not None else None
-
+    if state is not None:
+        console.print(f"State (layouts, settings, reclaim ledger): {state.path}, schema v{state.version}")
+    if not demo:
+        if settings is None or auth is None:
+            raise ConfigError(
+                "loadmaster serve", "--config", "serve a live cluster with --config serve.yaml (with auth, "
+                "cluster and prometheus sections), or the simulated one with --demo",
+            )  # fmt: skip
+        app = _live_app(settings, auth, state)
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+        return
     started = time.perf_counter()
     options = DemoOptions(cluster=cluster, gpus=cluster_gpus, profile=profile, speed=speed, seed=seed)
     size = f"about {cluster_gpus:,} GPUs" if cluster_gpus else f"cluster {cluster}"
@@ -58,8 +68,6 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
         f"[bold]{running.cluster_name}[/]: {len(nodes)} nodes, {nodes.total_gpus:,} GPUs, profile "
         f"[bold]{profile}[/], {speed:g}x; ready in {time.perf_counter() - started:.1f} s"
     )
-    if state is not None:
-        console.print(f"State (layouts, settings, reclaim ledger): {state.path}, schema v{state.version}")
     if auth is None:
         running.tokens.write(tokens_file)
         for token, who in running.tokens.principals():
@@ -68,3 +76,27 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
     else:
         console.print(f"Sign-in from {config}: the demo's generated tokens are not used")
     uvicorn.run(create_app(running, auth=auth, state=state), host=host, port=port, log_level="warning")
+
+
+def _live_app(settings: ServeConfig, auth: Authenticator, state: StateStore | None) -> FastAPI:
+    """The app over the cluster and Prometheus of serve.yaml: the informers of kube run, read-only."""
+    from loadmaster.kube.api import api_client  # noqa: PLC0415 - the kubernetes client only in live mode
+    from loadmaster.kube.watch import ClusterWatch  # noqa: PLC0415
+
+    if settings.cluster is None or settings.prometheus is None:
+        missing = "cluster" if settings.cluster is None else "prometheus"
+        raise ConfigError("serve config", missing, "live mode needs the cluster and prometheus sections")
+    kubeconfig = str(settings.cluster.kubeconfig) if settings.cluster.kubeconfig is not None else None
+    watch = ClusterWatch(api_client(kubeconfig=kubeconfig))
+    watch.list_now()
+    watch.start()
+    prometheus = settings.prometheus
+    store = PrometheusStore(prometheus.url, lookback_s=prometheus.history_s)
+    timing = LiveTiming(prometheus.step_s, prometheus.history_s)
+    board = LiveDashboard(watch, store, auth, cluster_name=settings.cluster.name, options=timing)
+    nodes = board.sim.nodes
+    console.print(
+        f"[bold]{board.cluster_name}[/]: {len(nodes)} nodes, {nodes.total_gpus:,} GPUs, "
+        f"{len(board.sim.cluster.running)} jobs running; telemetry from {prometheus.url}"
+    )
+    return create_app(board, step_interval_s=max(1.0, prometheus.step_s / 3), auth=auth, state=state)

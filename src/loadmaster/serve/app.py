@@ -285,12 +285,7 @@ def _routes(app: FastAPI, demo: Dashboard, cache: _SnapshotCache) -> None:
         with demo.lock:
             return body(views.jobs_view(demo, who, scope))
 
-    @app.get("/api/jobs/{job_id}")
-    def job(who: Who, job_id: str) -> Response:
-        with demo.lock:
-            return body(views.job_view(demo, who, job_id))
-
-    @app.get("/api/jobs/{job_id}/telemetry")
+    @app.get("/api/jobs/{job_id:path}/telemetry")
     def job_telemetry(
         who: Who, job_id: str, metric: str = "util", window_s: float = 3 * 3600.0, step_s: float = 60.0
     ) -> Response:
@@ -299,11 +294,17 @@ def _routes(app: FastAPI, demo: Dashboard, cache: _SnapshotCache) -> None:
                 views.job_telemetry(demo, who, job_id, metric_key=metric, window_s=window_s, step_s=step_s)
             )
 
-    @app.get("/api/jobs/{job_id}/findings")
+    @app.get("/api/jobs/{job_id:path}/findings")
     def job_findings(who: Who, job_id: str) -> Response:
         """Diagnostics findings of the job's telemetry (same access as the job: owner or operator)."""
         with demo.lock:
             return body(views.job_findings(demo, who, job_id))
+
+    @app.get("/api/jobs/{job_id:path}")
+    def job(who: Who, job_id: str) -> Response:
+        """One job; a live cluster's ids hold a slash (``namespace/name``), so this route comes last."""
+        with demo.lock:
+            return body(views.job_view(demo, who, job_id))
 
     @app.get("/api/queue")
     def queue(who: Who) -> Response:

@@ -16,6 +16,8 @@ field and what is allowed. Example (docs/dashboard.md explains each field)::
         team-a: {namespaces: [team-a]}
     state:
       path: /var/lib/loadmaster/serve.sqlite
+    cluster: {kubeconfig: null, name: prod}        # live mode: in-cluster service account
+    prometheus: {url: "http://prometheus:9090", step_s: 15}
 """
 
 from __future__ import annotations
@@ -95,12 +97,35 @@ class StateConfig(_Strict):
     """An SQLite file; created with its schema on first start."""
 
 
+class ClusterSource(_Strict):
+    """The Kubernetes cluster to show (live mode): read through the informers of ``kube run``."""
+
+    kubeconfig: Path | None = None
+    """A kubeconfig file; absent: the in-cluster service account (serve running as a pod)."""
+    name: str = "live"
+    """The name the dashboard shows."""
+
+
+class PrometheusSource(_Strict):
+    """Where the GPU telemetry is (live mode): a Prometheus scraping dcgm-exporter or the agent."""
+
+    url: str = Field(pattern=r"^https?://")
+    step_s: float = Field(default=15.0, gt=0)
+    """The scrape interval: the step of job telemetry and findings."""
+    history_s: float = Field(default=6 * 3600.0, gt=0)
+    """How far back the time scrubber reaches."""
+
+
 class ServeConfig(_Strict):
     """The whole ``serve.yaml``."""
 
     auth: AuthConfig | None = None
     """Absent: the demo's generated tokens (``--demo`` only)."""
     state: StateConfig = Field(default_factory=StateConfig)
+    cluster: ClusterSource | None = None
+    """Live mode: the cluster to show (``serve --config`` without ``--demo``)."""
+    prometheus: PrometheusSource | None = None
+    """Live mode: the telemetry."""
 
 
 def load_serve_config(path: Path) -> ServeConfig:
@@ -113,4 +138,7 @@ def load_serve_config(path: Path) -> ServeConfig:
     state = config.state
     if not state.path.is_absolute():
         state = state.model_copy(update={"path": base / state.path})
-    return config.model_copy(update={"auth": auth, "state": state})
+    cluster = config.cluster
+    if cluster is not None and cluster.kubeconfig is not None and not cluster.kubeconfig.is_absolute():
+        cluster = cluster.model_copy(update={"kubeconfig": base / cluster.kubeconfig})
+    return config.model_copy(update={"auth": auth, "state": state, "cluster": cluster})
