@@ -1,0 +1,198 @@
+"""End to end, live mode: ``loadmaster serve --config`` over the Kubernetes API double (scheduled by
+kube run's own loop) and a real Prometheus scraping a ``loadmaster agent --fake-gpus`` whose GPUs a
+fake kubelet pod-resources server maps to the scheduled pods; sign-in by a hashed token; a layout
+saved before a restart of serve is there after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
+from loadmaster.config import load_profiles
+from loadmaster.kube.api import api_client
+from loadmaster.kube.cluster import KubeCluster
+from loadmaster.kube.testing import KubeApiDouble
+from loadmaster.scheduling import Scheduler
+from loadmaster.serve.identity import hash_token
+from loadmaster.telemetry.podresources.fake import FakePodResources, gpu_pod
+
+CLI = [sys.executable, "-c", "from loadmaster.cli import main; main()"]
+TOKEN = "operator-token-0123456789abcdef"
+USER_TOKEN = "team-a-token-0123456789abcdef"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prometheus_binary() -> str:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the prometheus binary is missing; CI must install it (.ci/run)")
+        pytest.skip("the prometheus binary is not installed")
+    return binary
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            found = check()
+        except (httpx.HTTPError, KeyError, ValueError):
+            found = None
+        if found:
+            return found
+        time.sleep(0.3)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def uuid(gpu: int) -> str:
+    return f"GPU-00000001-0000-0000-0000-{gpu:012d}"  # FakeReader.busy(host_tag=1)
+
+
+def schedule(api: KubeApiDouble) -> dict[str, list[int]]:
+    """A node n0, a gang team-a/g of two 2-GPU pods bound by kube run's loop; returns pod -> GPUs."""
+    cluster = KubeCluster(api_client(host=api.url), Scheduler(load_profiles()["sds"]), "sched")  # type: ignore[attr-defined]
+    cluster.start()
+    api.create("nodes", a_node("n0"))
+    api.create("podgroups", a_pod_group("g", 2))
+    for i in range(2):
+        api.create("pods", a_pod(f"g-{i}", 2, "g"))
+    api.create("pods", a_pod("big", 16, namespace="team-b"))
+    wait_synced(cluster, api.rv)
+    cluster.step()
+    cluster.stop()
+    pods = {p["metadata"]["name"]: p for p in api.objects("pods")}
+    return {name: [int(g) for g in pods[name]["metadata"]["annotations"]["loadmaster.io/gpus"].split(",")]
+            for name in ("g-0", "g-1")}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    binary = prometheus_binary()
+    folder = tmp_path_factory.mktemp("live")
+    api = KubeApiDouble(clock=lambda: 1_700_000_000.0)
+    api.url = api.serve()  # type: ignore[attr-defined]
+    held = schedule(api)
+    kubelet = FakePodResources(
+        str(folder / "kubelet.sock"),
+        [gpu_pod("team-a", name, [uuid(g) for g in gpus]) for name, gpus in held.items()],
+    ).start()
+    processes: list[subprocess.Popen[bytes]] = []
+    agent_port, prom_port = free_port(), free_port()
+    processes.append(subprocess.Popen(
+        [*CLI, "agent", "--host", "127.0.0.1", "--port", str(agent_port), "--interval", "0.5",
+         "--hostname", "n0", "--fake-gpus", "8", "--fake-host-tag", "1",
+         "--pod-resources-socket", kubelet.socket_path],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    ))  # fmt: skip
+    (folder / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: gpus\n"
+        f"    static_configs: [{{targets: ['127.0.0.1:{agent_port}']}}]\n"
+    )
+    processes.append(subprocess.Popen(
+        [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    ))  # fmt: skip
+    prometheus = f"http://127.0.0.1:{prom_port}"
+
+    def labelled() -> bool:
+        query = {"query": 'count(DCGM_FI_DEV_GPU_UTIL{namespace="team-a"})'}
+        result = httpx.get(f"{prometheus}/api/v1/query", params=query).json()["data"]["result"]
+        return bool(result) and float(result[0]["value"][1]) == 4
+
+    wait_until(labelled, "Prometheus to hold the four GPUs labelled with the gang's pods")
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "d",
+        "clusters": [{"name": "d", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "d", "context": {"cluster": "d", "user": "u"}}],
+    }  # fmt: skip
+    (folder / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    (folder / "tokens.yaml").write_text(yaml.safe_dump({"tokens": [
+        {"name": "olga", "sha256": hash_token(TOKEN)}, {"name": "team-a", "sha256": hash_token(USER_TOKEN)},
+    ]}))  # fmt: skip
+    (folder / "serve.yaml").write_text(yaml.safe_dump({
+        "auth": {"tokens_file": "tokens.yaml", "operators": {"users": ["olga"]}},
+        "state": {"path": "state.sqlite"},
+        "cluster": {"kubeconfig": "kubeconfig", "name": "double"},
+        "prometheus": {"url": prometheus, "step_s": 1},
+    }))  # fmt: skip
+    try:
+        yield {"folder": folder, "held": held, "api": api}
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=20)
+        kubelet.close()
+        api.close()
+
+
+def start_serve(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    with (folder / "serve.log").open("ab") as log:
+        process = subprocess.Popen(
+            [*CLI, "serve", "--config", str(folder / "serve.yaml"), "--port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: httpx.get(f"{url}/api/health").json()["ok"], "serve to answer")
+    return process, url
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_live_tiles_show_the_pods_owners_with_prometheus_values(stack: dict[str, Any]) -> None:
+    process, url = start_serve(stack["folder"])
+    try:
+        snap = wait_until(
+            lambda: (
+                (s := httpx.get(f"{url}/api/cluster", headers=auth(TOKEN)).json())
+                and "team-a/g" in s["owners"]["job"]
+                and s
+            ),
+            "the gang on the tiles",
+        )
+        slot = snap["owners"]["job"].index("team-a/g")
+        assert snap["owners"]["user"][slot] == "team-a"
+        owned = sorted(i for i, o in enumerate(snap["gpus"]["owner"]) if o == slot)
+        assert owned == sorted(g for gpus in stack["held"].values() for g in gpus)
+        assert all(
+            snap["gpus"]["value"][i] == 97 for i in owned
+        )  # the fake GPUs' utilisation, via Prometheus
+        assert httpx.get(f"{url}/api/cluster").status_code == 401
+        assert httpx.get(f"{url}/api/operator/summary", headers=auth(USER_TOKEN)).status_code == 403
+        queue = httpx.get(f"{url}/api/queue", headers=auth(TOKEN)).json()["queues"]
+        assert any(j["id"] == "team-b/big" and j["reason"] for q in queue for j in q["jobs"])
+        layout = {"colour": "owner", "layout": "user", "collapsed": []}
+        assert httpx.put(f"{url}/api/me/layout", json=layout, headers=auth(USER_TOKEN)).status_code == 200
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    again, url = start_serve(stack["folder"])
+    try:
+        assert httpx.get(f"{url}/api/me/layout", headers=auth(USER_TOKEN)).json() == layout
+    finally:
+        again.terminate()
+        again.wait(timeout=20)
+    assert json.dumps(layout)
