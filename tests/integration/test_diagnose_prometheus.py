@@ -83,6 +83,8 @@ def openmetrics(t0: float) -> str:
             if "job" in labels:
                 labels["exported_job"] = labels.pop("job")
             labels |= {"job": "gpus", "instance": f"{labels.get('Hostname', 'x')}:9400"}
+            if "gpu" in labels:  # dcgm-exporter's pod labels: one pod per node of the gang
+                labels |= {"namespace": "team-a", "pod": f"train-1-{labels['Hostname']}", "container": "main"}
             text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
             rows = wanted[sid[wanted] == s]
             for k in rows[np.argsort(time_s[rows], kind="stable")]:
@@ -168,3 +170,14 @@ def test_too_little_telemetry_is_said(prometheus: tuple[str, float], tmp_path: P
                   "--step", "5", "--out", str(tmp_path)])  # fmt: skip
     assert "too little telemetry for a verdict" in output
     assert json.loads((tmp_path / "diagnosis.json").read_text())["findings"] == []
+
+
+def test_a_kubernetes_job_is_found_by_its_pods(prometheus: tuple[str, float], tmp_path: Path) -> None:
+    url, t0 = prometheus
+    run(["--prometheus", url, "--job", "team-a/train-1", "--start", str(t0), "--end", str(t0 + DURATION_S),
+         "--step", str(INTERVAL_S), "--out", str(tmp_path)])  # fmt: skip
+    found = json.loads((tmp_path / "diagnosis.json").read_text())
+    assert found["job"] == "team-a/train-1" and found["gpus"] == 8
+    assert ("xid", ["node-b/2"]) in [(f["kind"], f["gpus"]) for f in found["findings"]]
+    result = CliRunner().invoke(app, ["diagnose", "--prometheus", url, "--job", "team-a/other"])
+    assert result.exit_code != 0 and "no GPU series of job 'team-a/other'" in str(result.exception)

@@ -175,3 +175,17 @@ def test_config_errors_name_file_line_and_field(tmp_path: Path, demo: Demo) -> N
     assert config.auth is not None
     with pytest.raises(ConfigError, match=r"t\.yaml:3: tokens\[0\]\.sha256"):
         Authenticator(config.auth)
+
+
+def test_an_unquoted_hash_that_yaml_reads_as_a_number_is_named(tmp_path: Path) -> None:
+    (tmp_path / "t.yaml").write_text("tokens:\n  - name: a\n    sha256: " + "0" * 64 + "\n")
+    with pytest.raises(ConfigError, match="write the hash in quotes"):
+        Authenticator(load_serve_config_with_tokens(tmp_path))
+
+
+def load_serve_config_with_tokens(folder: Path) -> Any:
+    path = folder / "serve.yaml"
+    path.write_text("auth:\n  tokens_file: t.yaml\n")
+    config = load_serve_config(path)
+    assert config.auth is not None
+    return config.auth

@@ -27,6 +27,7 @@ from loadmaster.diagnostics.frame import JobFrame, read_table
 from loadmaster.diagnostics.iterations import read_iteration_csv
 from loadmaster.errors import TelemetryError
 from loadmaster.telemetry.prometheus import PrometheusStore
+from loadmaster.telemetry.store import Series
 from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
@@ -156,7 +157,33 @@ def _from_prometheus(
     if since >= until:
         raise TelemetryError(f"--start ({since}) must be before --end ({until})")
     with PrometheusStore(url, lookback_s=max(until - since, window) + 3600.0) as store:
-        return frame_from_store(store, job, since, until, step)
+        everything = store.series()
+        if any(s.labels.get("job") == job for s in everything):
+            return frame_from_store(store, job, since, until, step)
+        pods = _pod_series(everything, job)
+        if not pods:
+            raise TelemetryError(
+                f"no GPU series of job {job!r} in Prometheus: none labelled job={job!r} (exported_job), "
+                "and for a namespace/name id none whose namespace matches and pod is the name or starts "
+                "with it and a dash"
+            )
+        return frame_from_store(store, job, since, until, step, series=pods)
+
+
+def _pod_series(series: list[Series], job: str) -> list[Series]:
+    """A Kubernetes job's GPU series by pod labels (dcgm-exporter sets no job label): namespace/name
+    matches pods named ``name`` or ``name-...`` (a PodGroup's members) in that namespace."""
+    if "/" not in job:
+        return []
+    namespace, name = job.split("/", 1)
+    return [
+        s
+        for s in series
+        if s.scope == "gpu"
+        and s.labels.get("namespace") == namespace
+        and (s.labels.get("pod") == name or s.labels.get("pod", "").startswith(f"{name}-"))
+        and "GPU_I_ID" not in s.labels
+    ]
 
 
 def _open_store(path: Path) -> DuckDBStore:

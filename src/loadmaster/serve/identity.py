@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loadmaster.config.yamlfile import read_yaml, validate
 from loadmaster.errors import ConfigError
@@ -47,8 +47,15 @@ class _TokenEntry(BaseModel):
     name: str = Field(min_length=1)
     """The identity the token stands for."""
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    """The token's SHA-256, 64 lower-case hex digits."""
+    """The token's SHA-256, 64 lower-case hex digits, in quotes (YAML reads some digests as numbers)."""
     groups: list[str] = Field(default_factory=list)
+
+    @field_validator("sha256", mode="before")
+    @classmethod
+    def _quoted(cls, value: object) -> object:
+        if not isinstance(value, str):
+            raise ValueError("write the hash in quotes: YAML read it as a number")
+        return value
 
 
 class _TokensFile(BaseModel):
