@@ -83,8 +83,10 @@ def telemetry(api: KubeApiDouble) -> MemoryStore:
             series.append(Series(n * GPUS + g, "gpu", labels))
     store.register(series)
     now = time.time()
-    rows = [(now - 60.0 * k, s.id, field_code(field("GPU_UTIL")), 95.0 if "pod" in s.labels else 0.0)
-            for k in range(5) for s in series]  # fmt: skip
+    # g-0 works; g-1 has held its GPUs idle for the last 40 minutes (the reclaim table's case)
+    util = field_code(field("GPU_UTIL"))
+    rows = [(now - 60.0 * k, s.id, util, 95.0 if s.labels.get("pod") == "g-0" else 0.0)
+            for k in range(40) for s in series]  # fmt: skip
     store.append(
         pa.table(dict(zip(SAMPLE_SCHEMA.names, zip(*rows, strict=True), strict=True)), schema=SAMPLE_SCHEMA)
     )
@@ -99,7 +101,7 @@ def live(api: KubeApiDouble) -> Iterator[tuple[LiveDashboard, TestClient, KubeAp
     watch.start()
     tokens = TokenTable.generate(["team-a", "team-b"], ["operator"])
     board = LiveDashboard(
-        watch, telemetry(api), tokens, cluster_name="double", options=LiveTiming(15.0, 3600.0)
+        watch, telemetry(api), tokens, cluster_name="double", options=LiveTiming(60.0, 3600.0)
     )
     with TestClient(create_app(board, run_stepper=False)) as client:
         yield board, client, api
@@ -129,7 +131,7 @@ def test_tiles_show_each_gpu_with_its_pods_job_and_owner(live: Any) -> None:
     assert telemetry_gpus <= on_node and len(telemetry_gpus) == 4
     recorded = {int(g) for g in pods["g-0"]["metadata"]["annotations"]["loadmaster.io/gpus"].split(",")}
     assert not recorded & telemetry_gpus and not recorded <= on_node - telemetry_gpus
-    assert all(snap["gpus"]["value"][i] == 95 for i in held)
+    assert sorted(snap["gpus"]["value"][i] for i in held) == [0] * 4 + [95] * 4
     other = get(board, client, "/api/cluster?metric=util", "team-b")["owners"]
     assert "team-a/g" not in other["job"] and "others" in other["job"]  # the same access rules as the demo
 
@@ -148,6 +150,10 @@ def test_job_pages_queue_reasons_and_access(live: Any) -> None:
     series = board.gpu_series_of("team-a/g")
     assert sorted(s.labels["pod"] for s in series) == ["g-0"] * 4 + ["g-1"] * 4
     assert get(board, client, "/api/operator/summary", "operator")["gpus"] == 2 * GPUS
+    reclaim = get(board, client, "/api/operator/reclaim", "operator")
+    (row,) = reclaim["jobs"]
+    assert row["job"] == "team-a/g" and row["user"] == "team-a" and len(row["idle"]) == 4
+    assert "shrink" in row["action"] and row["idle_for_s"] >= 1800 and row["wasted_gpu_hours"] > 0
 
 
 def test_a_finished_job_leaves_its_gpus_free(live: Any) -> None:

@@ -72,3 +72,24 @@ def test_report_names_idle_job_and_user_with_an_action() -> None:
         "cy": {"idle_gpus": 2, "underused_gpus": 0},
     }
     json.dumps(report)
+
+
+def test_jobs_rank_by_wasted_gpu_hours_with_how_long_they_have_been_idle() -> None:
+    specs = (NodeSpec("a", 8),)
+    jobs = (
+        JobSpec("late", "ann", tuple(GpuRef("a", g) for g in range(4)), 0, 9000),
+        JobSpec("notebook", "bo", tuple(GpuRef("a", g) for g in range(4, 6)), 0, 9000, workload=Workload.IDLE),
+    )
+    faults = (Fault(FaultKind.IDLE, 5400, 9000, gpus=tuple(GpuRef("a", g) for g in range(4))),)
+    gen = SyntheticTelemetry(TelemetryPlan(specs, jobs, faults, seed=2))
+    store = MemoryStore()
+    store.register(gen.series(3600.0))
+    for table in gen.chunks(0.0, 9000.0, interval_s=30.0, chunk_s=3600.0):
+        store.append(table)
+    report = reclaim_report(store, 9000.0).to_dict()
+    rows = [(r["job"], r["idle_for_s"], r["wasted_gpu_hours"]) for r in report["jobs"]]
+    # notebook: 2 GPUs idle since its start (2.5 h each); late: 4 GPUs idle for the last hour (1 h each)
+    assert [r[0] for r in rows] == ["notebook", "late"]
+    assert rows[0][1] == pytest.approx(9000.0, abs=60) and rows[0][2] == pytest.approx(5.0, abs=0.1)
+    assert rows[1][1] == pytest.approx(3600.0, abs=120) and rows[1][2] == pytest.approx(4.0, abs=0.15)
+    assert report["wasted_gpu_hours"] == pytest.approx(rows[0][2] + rows[1][2])

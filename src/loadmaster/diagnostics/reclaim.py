@@ -1,5 +1,9 @@
 """Reclaiming allocated GPUs that do nothing: the rule, the report per user and job, and the action.
 
+Jobs are ranked by the GPU-hours their idle GPUs have wasted (each idle GPU
+counts from its last busy sample, within ``lookback_s``), with how long the
+job has been idle: the operator reads the costliest first.
+
 NSML reclaimed GPUs that were allocated but idle; this module finds them in
 any :class:`~loadmaster.telemetry.store.TelemetryStore`. A GPU counts as
 allocated when its series carries a ``job`` label.
@@ -7,6 +11,7 @@ allocated when its series carries a ``job`` label.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,9 +39,11 @@ class ReclaimRule:
     """... the 95th percentile of SM_ACTIVE (per-sample mean) stays below this."""
     min_coverage: float = 0.8
     """Share of samples that must be present to judge a GPU (a silent GPU is not called idle)."""
+    lookback_s: float = 6 * 3600.0
+    """How far back an idle GPU's idle stretch is measured (its wasted GPU-hours count up to this)."""
 
     def __post_init__(self) -> None:
-        for name in ("sample_s", "idle_window_s", "underused_window_s"):
+        for name in ("sample_s", "idle_window_s", "underused_window_s", "lookback_s"):
             if not getattr(self, name) > 0:
                 raise TelemetryError(f"ReclaimRule.{name} must be > 0, got {getattr(self, name)!r}")
         if not 0 < self.min_coverage <= 1:
@@ -54,6 +61,8 @@ class GpuVerdict:
     """``idle``, ``underused``, ``busy`` or ``unknown`` (too few samples)."""
     max_util_pct: float
     p95_sm_active: float
+    idle_for_s: float = 0.0
+    """How long an idle GPU has done nothing (since its last busy sample, at most ``lookback_s``)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,10 @@ class JobReclaim:
     idle: tuple[str, ...]
     underused: tuple[str, ...]
     action: str
+    idle_for_s: float = 0.0
+    """How long every idle GPU of the job has been idle (the shortest of their idle stretches)."""
+    wasted_gpu_hours: float = 0.0
+    """GPU-hours its idle GPUs have held doing nothing (within the lookback): the rank of the table."""
 
 
 @dataclass(frozen=True)
@@ -95,11 +108,14 @@ class ReclaimReport:
                     "idle": list(j.idle),
                     "underused": list(j.underused),
                     "action": j.action,
+                    "idle_for_s": j.idle_for_s,
+                    "wasted_gpu_hours": round(j.wasted_gpu_hours, 3),
                 }
                 for j in self.jobs
             ],
             "users": users,
             "idle_gpus": sum(len(j.idle) for j in self.jobs),
+            "wasted_gpu_hours": round(sum(j.wasted_gpu_hours for j in self.jobs), 3),
             "underused_gpus": sum(len(j.underused) for j in self.jobs),
         }
 
@@ -131,19 +147,34 @@ def _action(job: str, user: str, n: int, idle: int, under: int) -> str:
     )
 
 
-def reclaim_report(store: TelemetryStore, at_s: float, rule: ReclaimRule | None = None) -> ReclaimReport:
-    """Idle and under-used allocated GPUs as of ``at_s`` (the API function the dashboard calls)."""
+def reclaim_report(
+    store: TelemetryStore,
+    at_s: float,
+    rule: ReclaimRule | None = None,
+    job_starts: Mapping[str, float] | None = None,
+) -> ReclaimReport:
+    """Idle and under-used allocated GPUs as of ``at_s`` (the API function the dashboard calls).
+
+    ``job_starts`` (job -> start, when the caller knows them) bounds an idle stretch by its job's
+    start: a GPU that sat free before the job began has not been wasted by the job.
+    """
     r = rule or ReclaimRule()
     allocated: list[Series] = [s for s in store.series() if s.labels.get("job") and s.scope == "gpu"]
     if not allocated:
         return ReclaimReport(at_s, r, (), ())
     ids = [s.id for s in allocated]
-    util = store.range(field("GPU_UTIL"), ids, at_s - r.idle_window_s, at_s, r.sample_s).peak
+    span = max(r.lookback_s, r.idle_window_s)
+    history = store.range(field("GPU_UTIL"), ids, at_s - span, at_s, r.sample_s).peak
+    util = history[:, -max(1, round(r.idle_window_s / r.sample_s)) :]
     sm = store.range(field("SM_ACTIVE"), ids, at_s - r.underused_window_s, at_s, r.sample_s).mean
     verdicts = []
     for i, s in enumerate(allocated):
         row_u, row_s = util[i], sm[i]
         state = classify(row_u, row_s, r)
+        idle_for = _idle_for_s(history[i], r) if state == "idle" else 0.0
+        start = (job_starts or {}).get(s.labels["job"])
+        if start is not None:
+            idle_for = max(0.0, min(idle_for, at_s - start))
         verdicts.append(
             GpuVerdict(
                 f"{s.labels.get('Hostname', '?')}/{s.labels.get('gpu', s.id)}",
@@ -152,9 +183,19 @@ def reclaim_report(store: TelemetryStore, at_s: float, rule: ReclaimRule | None 
                 state,
                 float(np.nanmax(row_u)) if np.isfinite(row_u).any() else float("nan"),
                 float(np.nanpercentile(row_s, 95)) if np.isfinite(row_s).any() else float("nan"),
+                idle_for,
             )
         )
     return ReclaimReport(at_s, r, _per_job(verdicts), tuple(verdicts))
+
+
+def _idle_for_s(util_peak: FloatArray, rule: ReclaimRule) -> float:
+    """Seconds since the last sample above the idle threshold (samples missing in between are
+    skipped; before the first sample nothing is known), at most the lookback."""
+    seen = np.isfinite(util_peak)
+    busy = np.flatnonzero(seen & (util_peak > rule.idle_max_util_pct))
+    first = int(busy[-1]) + 1 if busy.size else int(np.argmax(seen)) if seen.any() else util_peak.size
+    return float((util_peak.size - first) * rule.sample_s)
 
 
 def _per_job(verdicts: list[GpuVerdict]) -> tuple[JobReclaim, ...]:
@@ -166,9 +207,11 @@ def _per_job(verdicts: list[GpuVerdict]) -> tuple[JobReclaim, ...]:
         idle = tuple(v.gpu for v in vs if v.state == "idle")
         under = tuple(v.gpu for v in vs if v.state == "underused")
         if idle or under:
+            spans = [v.idle_for_s for v in vs if v.state == "idle"]
             out.append(
                 JobReclaim(
-                    job, user, len(vs), idle, under, _action(job, user, len(vs), len(idle), len(under))
+                    job, user, len(vs), idle, under, _action(job, user, len(vs), len(idle), len(under)),
+                    min(spans, default=0.0), sum(spans) / 3600.0,
                 )
-            )
-    return tuple(out)
+            )  # fmt: skip
+    return tuple(sorted(out, key=lambda j: (-j.wasted_gpu_hours, j.job)))

@@ -128,7 +128,7 @@ class DemoTelemetry:
     def _current(self, sim: LiveSimulator, time_s: float) -> dict[str, Key]:
         out: dict[str, Key] = {}
         for job_id, running in sim.cluster.running.items():
-            idle = _idle_job(sim.index[job_id])
+            idle = idle_job(sim.index[job_id])
             out[job_id] = (running.start_s, running.placements, Workload.IDLE if idle else Workload.TRAINING)
         for job_id, pending in sim.cluster.pending.items():
             if pending.bound:
@@ -160,6 +160,6 @@ class DemoTelemetry:
         ]
 
 
-def _idle_job(number: int) -> bool:
+def idle_job(number: int) -> bool:
     """Whether job ``number`` is one of the idle allocations (a fixed hash, so the same jobs every run)."""
     return (number * 2654435761) % 1000 / 1000.0 < IDLE_JOB_SHARE

@@ -30,6 +30,7 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from loadmaster.errors import TelemetryError
 from loadmaster.model import ClusterSnapshot, NodeTable, PendingJob, RunningJob, TaskPlacement, TraceJob
@@ -40,7 +41,8 @@ from loadmaster.serve.dashboard import placements_of, series_of_gpus
 from loadmaster.serve.gpus import GpuIndex, TelemetryView, series_positions
 from loadmaster.serve.live import FREE, Frame, JobRecord
 from loadmaster.serve.views import NotFoundError
-from loadmaster.telemetry.store import Series, TelemetryStore
+from loadmaster.telemetry.schema import Field
+from loadmaster.telemetry.store import Range, Series, TelemetryStore, matches
 
 
 class FeedLike(Protocol):
@@ -184,6 +186,39 @@ def _mark(owner: npt.NDArray[np.int32], placements: Sequence[TaskPlacement], num
         owner[p.node, list(p.gpu_indices)] = number
 
 
+class JobLabelledStore:
+    """A telemetry store whose GPU series also carry the ``job`` and ``user`` their pod labels map to,
+    so everything that selects by job (the reclaim report) reads a live cluster as it reads the demo."""
+
+    def __init__(self, inner: TelemetryStore) -> None:
+        self.inner = inner
+        self.jobs: dict[str, tuple[str, str]] = {}
+        """Pod key -> (job id, user), set by the dashboard at each refresh."""
+
+    def register(self, series: Sequence[Series]) -> None:
+        self.inner.register(series)
+
+    def append(self, samples: pa.Table) -> None:
+        self.inner.append(samples)
+
+    def series(self, **labels: str) -> list[Series]:
+        out = []
+        for s in self.inner.series():
+            owner = self.jobs.get(_pod_key(s) or "")
+            labelled = Series(s.id, s.scope, {**s.labels, "job": owner[0], "user": owner[1]}) if owner else s
+            if matches(labelled, labels):
+                out.append(labelled)
+        return out
+
+    def latest(self, field: Field, at_s: float | None = None) -> dict[int, float]:
+        return self.inner.latest(field, at_s)
+
+    def range(
+        self, field: Field, series: Sequence[int], start_s: float, end_s: float, step_s: float
+    ) -> Range:
+        return self.inner.range(field, series, start_s, end_s, step_s)
+
+
 @dataclass(frozen=True)
 class LiveTiming:
     """Seconds between telemetry samples (the scrape interval) and the history kept."""
@@ -207,7 +242,7 @@ class LiveDashboard:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.source = source
-        self.store = store
+        self.store = JobLabelledStore(store)
         self.tokens = tokens
         self.cluster_name = cluster_name
         self.options = options or LiveTiming()
@@ -225,7 +260,7 @@ class LiveDashboard:
         self._series: list[Series] = []
         self._series_at = -math.inf
         self.index = GpuIndex.of(self.sim.nodes)
-        self.telemetry = TelemetryView(self.index, store, np.zeros(0, dtype=np.int64))
+        self.telemetry = TelemetryView(self.index, self.store, np.zeros(0, dtype=np.int64))
         self.refresh()
 
     @property
@@ -251,12 +286,16 @@ class LiveDashboard:
         if feed is None:
             return
         if self._clock() - self._series_at >= self.series_refresh_s:
-            self._series = self.store.series()
+            self._series = self.store.inner.series()
             self._series_at = self._clock()
         with self.lock:
             nodes = {n.name: i for i, n in enumerate(feed.snapshot.nodes.nodes)}
             held = _held(self._series, nodes, feed.pods)
             changed = self.sim.update(feed, held)
+            users = {r.job.id: r.job.user for r in feed.snapshot.running} | {
+                p.job.id: p.job.user for p in feed.snapshot.pending
+            }
+            self.store.jobs = {pod: (job, users.get(job, "?")) for pod, job in feed.pods.items()}
             if changed or self.index.size != int(self.sim.nodes.gpus.sum()):
                 self.index = GpuIndex.of(self.sim.nodes)
             self.telemetry = TelemetryView(self.index, self.store, series_positions(self.index, self._series))

@@ -579,6 +579,8 @@ def job_findings(demo: Dashboard, principal: Principal, job_id: str) -> Json:
 
 def reclaim_view(demo: Dashboard) -> Json:
     """The reclaim report (idle and under-used allocated GPUs per job and user, with the action)
-    as of now; the rule's sample is at least one telemetry step, so coverage is judged fairly."""
+    as of now, ranked by wasted GPU-hours (each idle stretch bounded by its job's start); the
+    rule's sample is at least one telemetry step, so coverage is judged fairly."""
     rule = ReclaimRule(sample_s=max(ReclaimRule().sample_s, demo.options.telemetry_step_s))
-    return reclaim_report(demo.store, demo.now_s, rule).to_dict()
+    starts = {job_id: record.start_s for job_id, record in demo.sim.records.items()}
+    return reclaim_report(demo.store, demo.now_s, rule, job_starts=starts).to_dict()

@@ -1,0 +1,180 @@
+"""Reclaiming idle GPUs, closed loop: a policy per pool and the tracker that applies it over time.
+
+Diagnostics finds the waste (a job whose GPUs did nothing for a while); the
+policy says what to do: tell the owner once the job has been idle for
+``idle_after_s``, then, if it is still idle ``grace_s`` later, act (evict it,
+or only mark it). A job that works again in between is left alone and its
+clock starts over. Namespaces and job labels can be exempt. A policy is a
+dry run by default: it decides and records, and does nothing to the job.
+
+:class:`ReclaimTracker` is pure (no clock, no I/O): each :meth:`observe`
+gets the time and the jobs' idle state and returns the decisions due; the
+caller (the live dashboard, ``kube run``, the simulator) carries them out and
+enters them in the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from loadmaster.errors import ModelError
+
+
+class ReclaimAction(StrEnum):
+    """What is done to a job still idle after its grace period."""
+
+    EVICT = "evict"
+    """Evict its pods (the Eviction API; in the simulator the job ends)."""
+    MARK = "mark"
+    """Only mark it (an annotation the dashboard and CLI show); an operator decides."""
+
+
+class Step(StrEnum):
+    """The stages of the loop."""
+
+    NOTIFY = "notify"
+    ACT = "act"
+
+
+@dataclass(frozen=True)
+class ReclaimPolicy:
+    """One pool's rule (``pool`` None: every pool without a rule of its own)."""
+
+    pool: str | None = None
+    idle_after_s: float = 1800.0
+    """Idle this long (every GPU of the job; diagnostics' idle rule) before the owner is told."""
+    grace_s: float = 3600.0
+    """Then this long to start using the GPUs or release them before the action."""
+    action: ReclaimAction = ReclaimAction.EVICT
+    dry_run: bool = True
+    """Decide and record, but leave the job alone (the default: turn a policy on knowingly)."""
+    exempt_namespaces: frozenset[str] = frozenset()
+    exempt_labels: Mapping[str, str] = field(default_factory=dict)
+    """A job with any of these label values is exempt (``loadmaster.io/reclaim: never``)."""
+
+    def __post_init__(self) -> None:
+        if not self.idle_after_s > 0 or not self.grace_s >= 0:
+            raise ModelError(
+                f"reclaim policy for pool {self.pool or '*'}: idle_after_s must be > 0 and grace_s >= 0, "
+                f"got {self.idle_after_s} and {self.grace_s}"
+            )
+
+    @property
+    def delay_s(self) -> float:
+        """From the start of an idle stretch to the action, if nothing changes."""
+        return self.idle_after_s + self.grace_s
+
+    def exempts(self, job: JobActivity) -> bool:
+        """Whether the job is out of this policy's reach (namespace or label)."""
+        return job.namespace in self.exempt_namespaces or any(
+            job.labels.get(k) == v for k, v in self.exempt_labels.items()
+        )
+
+
+@dataclass(frozen=True)
+class JobActivity:
+    """One job as the loop sees it: where it runs and since when it has been idle (None: busy)."""
+
+    job: str
+    owner: str
+    pool: str | None
+    namespace: str | None
+    idle_since_s: float | None
+    gpus: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReclaimDecision:
+    """A step due for a job: notify its owner, or act; with the reason in words and whether for real."""
+
+    job: str
+    owner: str
+    step: Step
+    at_s: float
+    action: ReclaimAction
+    dry_run: bool
+    reason: str
+    idle_gpu_hours: float
+
+
+@dataclass
+class _Seen:
+    idle_since_s: float
+    notified_s: float | None = None
+    acted: bool = False
+
+
+class ReclaimTracker:
+    """Applies the policies over time (module docstring); remembers who was told and when."""
+
+    def __init__(self, policies: Sequence[ReclaimPolicy]) -> None:
+        pools = [p.pool for p in policies]
+        if len(set(pools)) != len(pools):
+            raise ModelError(f"one reclaim policy per pool, got pools {pools}")
+        self.policies = {p.pool: p for p in policies}
+        self._seen: dict[str, _Seen] = {}
+        self.exempted: set[str] = set()
+        """Jobs an operator exempted (until they end)."""
+
+    def policy_for(self, pool: str | None) -> ReclaimPolicy | None:
+        """The pool's policy, else the catch-all one, else None."""
+        return self.policies.get(pool) or self.policies.get(None)
+
+    def observe(self, now_s: float, jobs: Iterable[JobActivity]) -> list[ReclaimDecision]:
+        """The decisions due at ``now_s``; jobs not listed have ended and are forgotten."""
+        out: list[ReclaimDecision] = []
+        listed: set[str] = set()
+        for job in jobs:
+            listed.add(job.job)
+            policy = self.policy_for(job.pool)
+            if policy is None or job.idle_since_s is None or job.job in self.exempted or policy.exempts(job):
+                self._seen.pop(job.job, None)  # busy again (or exempt): the clock starts over
+                continue
+            seen = self._seen.get(job.job)
+            if seen is None or seen.idle_since_s != job.idle_since_s:
+                seen = self._seen[job.job] = _Seen(job.idle_since_s)
+            decision = self._next(now_s, job, seen, policy)
+            if decision is not None:
+                out.append(decision)
+        for gone in set(self._seen) - listed:
+            del self._seen[gone]
+        self.exempted &= listed
+        return out
+
+    def _next(
+        self, now_s: float, job: JobActivity, seen: _Seen, policy: ReclaimPolicy
+    ) -> ReclaimDecision | None:
+        idle_s = now_s - seen.idle_since_s
+        hours = job.gpus * idle_s / 3600.0
+        if seen.notified_s is None and idle_s >= policy.idle_after_s:
+            seen.notified_s = now_s
+            reason = (
+                f"every GPU idle for {idle_s / 60:.0f} min (policy: {policy.idle_after_s / 60:.0f} min); "
+                f"{policy.action.value} in {policy.grace_s / 60:.0f} min unless the GPUs are used"
+            )
+            return ReclaimDecision(
+                job.job, job.owner, Step.NOTIFY, now_s, policy.action, policy.dry_run, reason, hours
+            )
+        if seen.notified_s is not None and not seen.acted and now_s - seen.notified_s >= policy.grace_s:
+            seen.acted = True
+            reason = (
+                f"still idle {(now_s - seen.notified_s) / 60:.0f} min after notice "
+                f"(idle {idle_s / 60:.0f} min, {hours:.1f} GPU-hours)"
+            )
+            return ReclaimDecision(
+                job.job, job.owner, Step.ACT, now_s, policy.action, policy.dry_run, reason, hours
+            )
+        return None
+
+    def exempt(self, job: str) -> None:
+        """An operator exempts a job from reclaim (until it ends)."""
+        self.exempted.add(job)
+        self._seen.pop(job, None)
+
+    def notified(self, job: str) -> float | None:
+        """When the job's owner was told (None: not told, or busy since)."""
+        seen = self._seen.get(job)
+        return seen.notified_s if seen is not None else None
