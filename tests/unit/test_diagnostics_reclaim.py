@@ -78,7 +78,9 @@ def test_jobs_rank_by_wasted_gpu_hours_with_how_long_they_have_been_idle() -> No
     specs = (NodeSpec("a", 8),)
     jobs = (
         JobSpec("late", "ann", tuple(GpuRef("a", g) for g in range(4)), 0, 9000),
-        JobSpec("notebook", "bo", tuple(GpuRef("a", g) for g in range(4, 6)), 0, 9000, workload=Workload.IDLE),
+        JobSpec(
+            "notebook", "bo", tuple(GpuRef("a", g) for g in range(4, 6)), 0, 9000, workload=Workload.IDLE
+        ),
     )
     faults = (Fault(FaultKind.IDLE, 5400, 9000, gpus=tuple(GpuRef("a", g) for g in range(4))),)
     gen = SyntheticTelemetry(TelemetryPlan(specs, jobs, faults, seed=2))
