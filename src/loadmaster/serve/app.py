@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from loadmaster.serve import views
 from loadmaster.serve.auth import Authenticator, AuthError, Principal, require_operator
 from loadmaster.serve.dashboard import Dashboard
+from loadmaster.serve.reclaimloop import ReclaimLoop
 from loadmaster.serve.state import StateStore
 from loadmaster.telemetry.exposition import CONTENT_TYPE, latest_values, render
 
@@ -140,16 +141,18 @@ def create_app(
     run_stepper: bool = True,
     auth: Authenticator | None = None,
     state: StateStore | None = None,
+    reclaim: ReclaimLoop | None = None,
 ) -> FastAPI:
     """The API and dashboard over ``demo``; with ``run_stepper`` simulated time advances while it serves.
 
     ``auth`` says who a request is (default: the demo's generated tokens); ``state`` keeps layouts,
-    settings and the reclaim ledger (default: in memory, lost on exit).
+    settings and the reclaim ledger (default: in memory, lost on exit); ``reclaim`` runs the reclaim
+    policy after every step of the stepper and records its decisions in ``state``'s ledger.
     """
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        task = asyncio.create_task(_stepper(demo, cache, step_interval_s)) if run_stepper else None
+        task = asyncio.create_task(_stepper(demo, cache, step_interval_s, reclaim)) if run_stepper else None
         try:
             yield
         finally:
@@ -163,9 +166,12 @@ def create_app(
     app.state.demo = demo
     app.state.auth = auth if auth is not None else demo.tokens
     app.state.store = state if state is not None else StateStore(":memory:")
+    app.state.reclaim = reclaim
     _errors(app)
     _routes(app, demo, cache)
     _state_routes(app, app.state.store)
+    if reclaim is not None:
+        _reclaim_routes(app, demo, reclaim)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
 
@@ -200,11 +206,27 @@ def _state_routes(app: FastAPI, store: StateStore) -> None:
         return {"entries": [dataclasses.asdict(e) for e in rows]}
 
 
-async def _stepper(demo: Dashboard, cache: _SnapshotCache, interval_s: float) -> None:
-    """Advance the demo by the wall time that really passed, every ``interval_s``; refresh the cache."""
+def _reclaim_routes(app: FastAPI, demo: Dashboard, reclaim: ReclaimLoop) -> None:
+    @app.post("/api/operator/reclaim/{job_id:path}/{what}")
+    def reclaim_action(who: Who, job_id: str, what: str) -> dict[str, Any]:
+        """An operator exempts a job from reclaim, approves its pending action, or undoes an exemption."""
+        require_operator(who)
+        with demo.lock:
+            entry = reclaim.operator(demo, job_id, what, who.name)
+        return dataclasses.asdict(entry)
+
+
+async def _stepper(
+    demo: Dashboard, cache: _SnapshotCache, interval_s: float, reclaim: ReclaimLoop | None = None
+) -> None:
+    """Advance the demo by the wall time that really passed, every ``interval_s``; run the reclaim
+    policy; refresh the cache."""
 
     def step(wall_s: float) -> None:
         demo.tick(wall_s)
+        if reclaim is not None:
+            with demo.lock:
+                reclaim.step(demo)
         cache.refresh(demo)
 
     last = time.monotonic()

@@ -1,0 +1,99 @@
+"""The reclaim loop in the dashboard: diagnostics finds idle jobs, the policy decides, the ledger records.
+
+Every ``interval_s`` of the dashboard's clock, :class:`ReclaimLoop` reads the
+reclaim report (jobs whose GPUs are all idle, and since when), hands them to
+the :class:`~loadmaster.scheduling.reclaim.ReclaimTracker` and enters each
+decision in the ledger: ``notify`` (the owner is told), then ``evict`` or
+``mark`` after the grace, each marked ``dry run`` unless the policy is on.
+Operators can exempt a job, approve a pending action (recorded for the
+scheduler to carry out) or undo an exemption; each is a ledger entry with the
+operator's name.
+
+Carrying an approved or due eviction out on a cluster is the scheduler's
+part (``kube run``) and is not done yet: here the loop decides and records.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from loadmaster.diagnostics.reclaim import ReclaimRule, reclaim_report
+from loadmaster.scheduling.reclaim import JobActivity, ReclaimDecision, ReclaimPolicy, ReclaimTracker
+from loadmaster.serve.dashboard import Dashboard
+from loadmaster.serve.state import LedgerEntry, StateStore
+from loadmaster.serve.views import NotFoundError, job_namespace
+
+LOG = logging.getLogger("loadmaster.serve.reclaim")
+
+POLICY_ACTOR = "reclaim policy"
+"""The ``actor`` of the ledger entries the policy makes on its own."""
+
+
+class ReclaimLoop:
+    """Runs the tracker over the dashboard's reclaim report and records the decisions."""
+
+    def __init__(
+        self, policies: Sequence[ReclaimPolicy], state: StateStore, interval_s: float = 60.0
+    ) -> None:
+        self.tracker = ReclaimTracker(policies)
+        self.state = state
+        self.interval_s = interval_s
+        self._last_s = -float("inf")
+
+    def step(self, board: Dashboard) -> list[ReclaimDecision]:
+        """Look again when ``interval_s`` of the dashboard's time has passed; returns the decisions made."""
+        now = board.now_s
+        if now - self._last_s < self.interval_s:
+            return []
+        self._last_s = now
+        rule = ReclaimRule(sample_s=max(ReclaimRule().sample_s, board.options.telemetry_step_s))
+        starts = {job_id: record.start_s for job_id, record in board.sim.records.items()}
+        report = reclaim_report(board.store, now, rule, job_starts=starts)
+        jobs = board.sim.cluster.running
+        activity = []
+        for row in report.jobs:
+            running = jobs.get(row.job)
+            if running is None or len(row.idle) < row.gpus:
+                continue  # only a job idle on every GPU is reclaimed; partly idle ones are asked to shrink
+            job = running.job
+            activity.append(
+                JobActivity(row.job, row.user, job.pool, job_namespace(job), now - row.idle_for_s, row.gpus)
+            )
+        decisions = self.tracker.observe(now, activity)
+        for d in decisions:
+            action = "notify" if d.step.value == "notify" else d.action.value
+            self._record(now, d.job, d.owner, board, action + (" (dry run)" if d.dry_run else ""), d.reason,
+                         POLICY_ACTOR, d.idle_gpu_hours)  # fmt: skip
+            LOG.info("reclaim %s %s: %s", action, d.job, d.reason)
+        return decisions
+
+    def operator(self, board: Dashboard, job_id: str, what: str, who: str) -> LedgerEntry:
+        """An operator's ``exempt``, ``approve`` or ``undo`` on a job, entered in the ledger."""
+        job = board.sim.cluster.running.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no running job {job_id!r}")
+        if what == "exempt":
+            self.tracker.exempt(job_id)
+            reason = "exempted from reclaim by an operator"
+        elif what == "undo":
+            self.tracker.exempted.discard(job_id)
+            reason = "exemption undone: the policy applies again"
+        elif what == "approve":
+            if self.tracker.notified(job_id) is None:
+                raise NotFoundError(f"{job_id} has no pending reclaim action to approve")
+            reason = "the pending action approved by an operator"
+        else:
+            raise NotFoundError(f"unknown reclaim action {what!r}; known: exempt, approve, undo")
+        return self._record(board.now_s, job_id, job.job.user, board, what, reason, who, 0.0)
+
+    def _record(  # noqa: PLR0917 - the fields of one ledger entry
+        self, now: float, job_id: str, owner: str, board: Dashboard, action: str, reason: str, actor: str,
+        hours: float,
+    ) -> LedgerEntry:  # fmt: skip
+        running = board.sim.cluster.running.get(job_id)
+        namespace = job_namespace(running.job) if running is not None else None
+        gpus = int(running.job.gpus) if running is not None else 0
+        return self.state.record(
+            LedgerEntry(now, job_id, owner, namespace, action, reason, actor, gpus, hours)
+        )
