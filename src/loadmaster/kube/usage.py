@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
-from loadmaster.diagnostics import diagnose, frame_from_store
+from loadmaster.diagnostics import DetectorConfig, diagnose, frame_from_store
 from loadmaster.errors import TelemetryError
 from loadmaster.kube.jobs import JobView
 from loadmaster.telemetry import field as telemetry_field
@@ -105,9 +105,12 @@ def job_usage(store: TelemetryStore, view: JobView, now_s: float) -> JobUsage | 
     window = (begin, now_s, step)
     try:
         frame = frame_from_store(_AsJob(store, set(ids), view.id), view.id, *window)
-        found = diagnose(frame, with_overview=False).findings
+        diagnosis = diagnose(frame, with_overview=False)
     except TelemetryError as exc:
         return replace(usage, diagnostics_note=f"diagnostics: not available ({exc})")
+    found = diagnosis.findings
+    if not found and diagnosis.note and diagnosis.telemetry_s < DetectorConfig().min_telemetry_s:
+        return replace(usage, diagnostics_note=f"diagnostics: {diagnosis.note}")  # no verdict
     if not found:
         return replace(usage, diagnostics_note="diagnostics: no findings (every GPU behaves like its peers)")
     return replace(usage, findings=[f.summary for f in found])
