@@ -19,6 +19,7 @@ from playwright.sync_api import sync_playwright
 
 from conftest import system_tool
 from loadmaster.serve import DemoOptions, build_demo, create_app
+from loadmaster.telemetry.xid import xid_meaning
 
 pytestmark = pytest.mark.browser
 
@@ -162,4 +163,33 @@ def test_operator_sees_reclaim_table_and_job_page_shows_findings(
     assert "idle" in [f.get_attribute("data-kind") for f in findings.all()]
     assert len(findings.first.locator("td").all()) == 5  # kind, targets, interval, evidence, confidence
     _shot(page, "job-findings")
+    page.close()
+
+
+def test_signed_out_page_hides_the_operator_tab_and_operators_read_xid_meanings(
+    server: tuple[str, Any], browser: Any
+) -> None:
+    base, demo = server
+    signed_out = browser.new_page(viewport={"width": 1400, "height": 1000})
+    signed_out.goto(base)
+    signed_out.wait_for_selector("#login:not([hidden])", timeout=20_000)
+    assert signed_out.locator("#tabs button[data-view=operator]").is_hidden()
+    signed_out.close()
+    page = _open(browser, base, demo.tokens.token_of("operator"))
+    page.click("#tabs button[data-view=operator]")
+    page.wait_for_selector("[data-testid=reclaim-row]", timeout=20_000)
+    rows = [
+        [td.inner_text() for td in r.locator("td").all()]
+        for r in page.locator("[data-testid=unhealthy]").all()
+    ]
+    assert rows and all(row[3] for row in rows)  # every unhealthy GPU says why, not a badge bit
+    for _, _, xid, meaning in rows:  # XID code and its meaning, or the double-bit ECC errors
+        assert xid_meaning(int(xid)) in meaning if xid else "double-bit ECC" in meaning
+    header = page.locator("#reclaim table tr").first.inner_text()
+    assert "idle for" in header and "wasted GPU-h" in header
+    wasted = [
+        float(r.locator("td").nth(5).inner_text()) for r in page.locator("[data-testid=reclaim-row]").all()
+    ]
+    assert wasted == sorted(wasted, reverse=True)  # ranked by wasted GPU-hours
+    _shot(page, "operator-unhealthy")
     page.close()

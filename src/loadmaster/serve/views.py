@@ -29,6 +29,7 @@ from loadmaster.serve.auth import AuthError, Principal, can_see_job
 from loadmaster.serve.dashboard import Dashboard, placements_of
 from loadmaster.serve.live import FREE
 from loadmaster.telemetry import field
+from loadmaster.telemetry.xid import xid_meaning
 
 FloatArray = npt.NDArray[np.float64]
 Json = dict[str, Any]
@@ -444,10 +445,13 @@ def operator_summary(demo: Dashboard) -> Json:
     state, badges = gpu_states(demo, owner, None)
     codes = np.frombuffer(state.encode(), dtype=np.uint8) - ord("0")
     names = [n.name for n in sim.nodes.nodes]
+    xid = np.nan_to_num(demo.telemetry.values("XID_ERRORS"))
+    dbe = np.nan_to_num(demo.telemetry.values("ECC_DBE_VOL_TOTAL"))
     unhealthy = [
-        {"node": names[int(demo.index.node[i])], "gpu": int(demo.index.gpu[i]), "badges": badges[i]}
+        {"node": names[int(demo.index.node[i])], "gpu": int(demo.index.gpu[i]), "badges": badges[i],
+         "xid": int(xid[i]), "meaning": _unhealthy_meaning(int(xid[i]), float(dbe[i]))}
         for i in np.flatnonzero(codes == 3)
-    ]
+    ]  # fmt: skip
     idle_by_job: Counter[str] = Counter(sim.jobs[int(owner[i])].job.id for i in np.flatnonzero(codes == 2))
     pools = []
     pool_of_gpu = sim.nodes.pool_index[demo.index.node]
@@ -471,6 +475,13 @@ def operator_summary(demo: Dashboard) -> Json:
         "speed": demo.speed,
         "paused": demo.paused,
     }
+
+
+def _unhealthy_meaning(xid: int, dbe: float) -> str:
+    """Why a GPU is unhealthy, in words: its XID code's meaning, or its double-bit ECC errors."""
+    if xid:
+        return f"XID {xid}: {xid_meaning(xid)}"
+    return f"{dbe:.0f} double-bit ECC error(s): drain the node and reset the GPU" if dbe > 0 else ""
 
 
 def _pool_summary(demo: Dashboard, pool: str, codes: npt.NDArray[np.uint8]) -> Json:

@@ -312,12 +312,12 @@ async function showOperator() {
   const s = await api("/api/operator/summary");
   const el = document.getElementById("view-operator");
   el.innerHTML = `<div class="cards">${Object.entries(s.by_state).map(([k, v]) => `<div class="card state-${k}">${k}<b>${v}</b></div>`).join("")}
-      <div class="card">idle allocated GPUs<b>${s.idle_allocated.gpus}</b></div></div>
+      <div class="card" title="allocated GPUs under 5 % utilisation in the last sample; the reclaim table below counts those idle for its whole window">allocated, idle now<b>${s.idle_allocated.gpus}</b></div></div>
     <div class="controls">speed <input id="speed" type="number" min="0" value="${s.speed}" style="width:70px"> x
       <button id="speed-set">set</button> <span class="muted">${s.paused ? "paused" : ""}</span></div>
     <h3>Pools</h3>${table(["pool", "GPUs", "allocated", "free", "fragmented free", "largest free block", "queue", "GPUs wanted", "oldest wait"],
       s.pools.map((p) => `<tr><td>${esc(p.pool)}</td><td class="num">${p.gpus}</td><td class="num">${p.allocated}</td><td class="num">${p.free}</td><td class="num">${p.fragmented_free}</td><td class="num">${p.largest_free_block}</td><td class="num">${p.queue_length}</td><td class="num">${p.gpus_wanted}</td><td>${fmtDur(p.oldest_wait_s)}</td></tr>`))}
-    <h3>Unhealthy GPUs</h3>${table(["node", "GPU", "badges"], s.unhealthy.map((u) => `<tr><td>${esc(u.node)}</td><td>${u.gpu}</td><td>${u.badges}</td></tr>`))}
+    <h3>Unhealthy GPUs</h3>${table(["node", "GPU", "XID", "what it means"], s.unhealthy.map((u) => `<tr data-testid="unhealthy"><td>${esc(u.node)}</td><td>${u.gpu}</td><td class="num">${u.xid || ""}</td><td class="reason">${esc(u.meaning)}</td></tr>`))}
     <h3>Jobs holding idle GPUs</h3>${table(["job", "idle GPUs"], s.idle_allocated.top_jobs.map((j) => `<tr><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td class="num">${j.idle_gpus}</td></tr>`))}
     <h3>Usage by user</h3>${table(["user", "GPUs"], s.users.map((u) => `<tr><td>${esc(u.user)}</td><td class="num">${u.gpus}</td></tr>`))}
     <div id="reclaim" data-testid="reclaim"><h3>Reclaim</h3><p class="muted">loading the reclaim report…</p></div>`;
@@ -336,11 +336,12 @@ async function showReclaim() { // idle / under-used allocated GPUs per job and u
   const rule = `idle: GPU utilisation ≤ ${r.rule.idle_max_util_pct} % in every ${r.rule.sample_s} s sample for ${fmtDur(r.rule.idle_window_s)}; ` +
     `under-used: p95 SM activity < ${r.rule.underused_p95_sm} over ${fmtDur(r.rule.underused_window_s)}`;
   const users = Object.entries(r.users).map(([u, c]) => `${esc(u)}: ${c.idle_gpus} idle, ${c.underused_gpus} under-used`).join("; ");
-  document.getElementById("reclaim").innerHTML = `<h3>Reclaim: ${r.idle_gpus} idle and ${r.underused_gpus} under-used allocated GPUs</h3>
-    <p class="muted">${rule}</p><p class="muted">by user: ${users || "none"}</p>
-    ${table(["job", "user", "GPUs", "idle", "under-used", "action"], r.jobs.map((j) =>
+  document.getElementById("reclaim").innerHTML = `<h3>Reclaim: ${r.idle_gpus} GPUs idle for ${fmtDur(r.rule.idle_window_s)} or more, ${r.underused_gpus} under-used; ${r.wasted_gpu_hours.toFixed(1)} GPU-hours wasted</h3>
+    <p class="muted">${rule}; ranked by wasted GPU-hours</p><p class="muted">by user: ${users || "none"}</p>
+    ${table(["job", "user", "GPUs", "idle", "idle for", "wasted GPU-h", "under-used", "action"], r.jobs.map((j) =>
       `<tr data-testid="reclaim-row"><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td>${esc(j.user)}</td><td class="num">${j.gpus}</td>
-       <td title="${esc(j.idle.join(" "))}" class="num">${j.idle.length}</td><td title="${esc(j.underused.join(" "))}" class="num">${j.underused.length}</td>
+       <td title="${esc(j.idle.join(" "))}" class="num">${j.idle.length}</td><td>${j.idle.length ? fmtDur(j.idle_for_s) : ""}</td><td class="num">${j.wasted_gpu_hours.toFixed(1)}</td>
+       <td title="${esc(j.underused.join(" "))}" class="num">${j.underused.length}</td>
        <td class="reason">${esc(j.action)}</td></tr>`))}`;
 }
 
