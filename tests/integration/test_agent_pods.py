@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -42,11 +42,14 @@ def uuid(host_tag: int, gpu: int) -> str:
     return f"GPU-{host_tag:08d}-0000-0000-0000-{gpu:012d}"
 
 
-def wait_until(check: object, what: str, timeout_s: float = 40.0) -> None:
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if callable(check) and check():
-            return
+        try:
+            if check():
+                return
+        except (httpx.HTTPError, ValueError, KeyError):  # Prometheus answers 503 while it starts
+            pass
         time.sleep(0.25)
     pytest.fail(f"timed out waiting for {what}")
 

@@ -111,7 +111,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 40.0
+        deadline = time.monotonic() + 90.0
         while time.monotonic() < deadline:
             try:
                 query = {
@@ -121,11 +121,15 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
                 result = httpx.get(f"{url}/api/v1/query", params=query).json()["data"]["result"]
                 if result and float(result[0]["value"][1]) == 8:
                     break
-            except httpx.HTTPError:
+            except (
+                httpx.HTTPError,
+                ValueError,
+                KeyError,
+            ):  # not up yet: 503 "Service Unavailable" while it starts
                 pass
             time.sleep(0.5)
         else:
-            pytest.fail("Prometheus did not serve the backfilled telemetry within 40 s")
+            pytest.fail("Prometheus did not serve the backfilled telemetry within 90 s")
         yield url, t0
     finally:
         process.terminate()
