@@ -50,9 +50,15 @@ class ClusterFeed:
 class ClusterWatch:
     """Informers in, :class:`ClusterFeed` out; see the module docstring."""
 
-    def __init__(self, api: client.ApiClient, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        clock: Callable[[], float] = time.time,
+        scheduler_names: tuple[str, ...] = (tr.SCHEDULER_NAME,),
+    ) -> None:
         self.clock = clock
-        self.state = KubeState()
+        self.state = KubeState(scheduler_names=scheduler_names)
+        """Scheduling the pods of ``scheduler_names`` (kube run: one per profile); other pods use room."""
         self.changes: queue.Queue[Event] = queue.Queue()
         self.informers = {kind: Informer(kind, api, self.changes) for kind in KINDS}
 
