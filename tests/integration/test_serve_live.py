@@ -196,3 +196,34 @@ def test_live_tiles_show_the_pods_owners_with_prometheus_values(stack: dict[str,
         again.terminate()
         again.wait(timeout=20)
     assert json.dumps(layout)
+
+
+@pytest.mark.browser
+def test_the_page_shows_the_live_cluster_with_its_pods_owners(stack: dict[str, Any]) -> None:
+    """Chromium (Playwright) on the live dashboard: signed in by a token, the gang's tiles name its job."""
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium is missing; CI installs it (.ci/run)")
+        pytest.skip("Chromium is not installed")
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only this test drives a browser
+
+    process, url = start_serve(stack["folder"])
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1200, "height": 800})
+            page.goto(f"{url}/#token={USER_TOKEN}")
+            page.wait_for_selector("body[data-ready=true]", timeout=30_000)
+            page.wait_for_function(
+                "() => window.loadmaster.snapshot().owners.job.includes('team-a/g')", timeout=30_000
+            )
+            owners = page.evaluate("window.loadmaster.snapshot().owners")
+            slot = owners["job"].index("team-a/g")
+            assert owners["user"][slot] == "team-a" and owners["mine"][slot] is True
+            assert page.evaluate("window.loadmaster.tileCount()") == 8
+            assert page.locator("#tabs button[data-view=operator]").is_hidden()  # a user, not an operator
+            browser.close()
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
