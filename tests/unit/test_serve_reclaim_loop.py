@@ -4,14 +4,17 @@ default), every decision in the ledger; operators exempt, approve and undo; user
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from loadmaster.scheduling.reclaim import ReclaimPolicy
+from loadmaster.errors import ConfigError
+from loadmaster.scheduling.reclaim import ReclaimAction, ReclaimPolicy
 from loadmaster.serve import DemoOptions, build_demo, create_app
+from loadmaster.serve.config import load_serve_config
 from loadmaster.serve.demo import Demo
-from loadmaster.serve.reclaimloop import POLICY_ACTOR, ReclaimLoop
+from loadmaster.serve.reclaimloop import POLICY_ACTOR, ReclaimLoop, loop_from_config
 from loadmaster.serve.state import StateStore
 
 with warnings.catch_warnings():
@@ -66,3 +69,23 @@ def test_operators_exempt_approve_and_undo_through_the_api(demo: Demo) -> None:
         ledger = c.get(f"/api/operator/ledger?job={job}", headers=auth(demo, "operator")).json()["entries"]
     assert [e["action"] for e in ledger][:3] == ["undo", "exempt", "approve"]
     assert job not in loop.tracker.exempted
+
+
+def test_serve_yaml_describes_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "serve.yaml"
+    path.write_text(
+        "reclaim:\n  interval_s: 30\n  policies:\n"
+        "    - {pool: interactive, idle_after_s: 600, grace_s: 900, action: mark, exempt_namespaces: [ops]}\n"
+        "    - {idle_after_s: 3600}\n"
+    )
+    config = load_serve_config(path)
+    assert config.reclaim is not None
+    loop = loop_from_config(config.reclaim, StateStore())
+    interactive = loop.tracker.policy_for("interactive")
+    assert interactive is not None and interactive.action is ReclaimAction.MARK and interactive.dry_run
+    assert interactive.exempt_namespaces == frozenset({"ops"}) and loop.interval_s == 30
+    fallback = loop.tracker.policy_for("training")
+    assert fallback is not None and fallback.idle_after_s == 3600
+    path.write_text("reclaim:\n  policies:\n    - {action: delete}\n")
+    with pytest.raises(ConfigError, match=r"serve\.yaml:3: reclaim\.policies\[0\]\.action"):
+        load_serve_config(path)

@@ -15,6 +15,7 @@ from loadmaster.serve import DemoOptions, build_demo, create_app
 from loadmaster.serve.config import ServeConfig, load_serve_config
 from loadmaster.serve.identity import Authenticator
 from loadmaster.serve.livecluster import LiveDashboard, LiveTiming
+from loadmaster.serve.reclaimloop import ReclaimLoop, loop_from_config
 from loadmaster.serve.state import StateStore
 from loadmaster.telemetry.prometheus import PrometheusStore
 
@@ -47,6 +48,11 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
     settings = load_serve_config(config) if config is not None else None
     auth = Authenticator(settings.auth) if settings is not None and settings.auth is not None else None
     state = StateStore(settings.state.path) if settings is not None else None
+    reclaim = (
+        loop_from_config(settings.reclaim, state)
+        if settings is not None and settings.reclaim is not None and state is not None
+        else None
+    )
     if state is not None:
         console.print(f"State (layouts, settings, reclaim ledger): {state.path}, schema v{state.version}")
     if not demo:
@@ -55,7 +61,7 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
                 "loadmaster serve", "--config", "serve a live cluster with --config serve.yaml (with auth, "
                 "cluster and prometheus sections), or the simulated one with --demo",
             )  # fmt: skip
-        app = _live_app(settings, auth, state)
+        app = _live_app(settings, auth, state, reclaim)
         uvicorn.run(app, host=host, port=port, log_level="warning")
         return
     started = time.perf_counter()
@@ -75,10 +81,13 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
         console.print(f"Tokens written to {tokens_file}")
     else:
         console.print(f"Sign-in from {config}: the demo's generated tokens are not used")
-    uvicorn.run(create_app(running, auth=auth, state=state), host=host, port=port, log_level="warning")
+    app = create_app(running, auth=auth, state=state, reclaim=reclaim)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
-def _live_app(settings: ServeConfig, auth: Authenticator, state: StateStore | None) -> FastAPI:
+def _live_app(
+    settings: ServeConfig, auth: Authenticator, state: StateStore | None, reclaim: ReclaimLoop | None
+) -> FastAPI:
     """The app over the cluster and Prometheus of serve.yaml: the informers of kube run, read-only."""
     from loadmaster.kube.api import api_client  # noqa: PLC0415 - the kubernetes client only in live mode
     from loadmaster.kube.watch import ClusterWatch  # noqa: PLC0415
@@ -99,4 +108,5 @@ def _live_app(settings: ServeConfig, auth: Authenticator, state: StateStore | No
         f"[bold]{board.cluster_name}[/]: {len(nodes)} nodes, {nodes.total_gpus:,} GPUs, "
         f"{len(board.sim.cluster.running)} jobs running; telemetry from {prometheus.url}"
     )
-    return create_app(board, step_interval_s=max(1.0, prometheus.step_s / 3), auth=auth, state=state)
+    step = max(1.0, prometheus.step_s / 3)
+    return create_app(board, step_interval_s=step, auth=auth, state=state, reclaim=reclaim)

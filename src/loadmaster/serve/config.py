@@ -18,12 +18,18 @@ field and what is allowed. Example (docs/dashboard.md explains each field)::
       path: /var/lib/loadmaster/serve.sqlite
     cluster: {kubeconfig: null, name: prod}        # live mode: in-cluster service account
     prometheus: {url: "http://prometheus:9090", step_s: 15}
+    reclaim:
+      interval_s: 60
+      policies:
+        - {pool: interactive, idle_after_s: 1800, grace_s: 3600, action: evict, dry_run: true,
+           exempt_namespaces: [ops]}
 """
 
 from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -116,6 +122,27 @@ class PrometheusSource(_Strict):
     """How far back the time scrubber reaches."""
 
 
+class PolicyConfig(_Strict):
+    """One pool's reclaim policy (``loadmaster.scheduling.reclaim.ReclaimPolicy``)."""
+
+    pool: str | None = None
+    """The pool it applies to; absent: every pool without a policy of its own."""
+    idle_after_s: float = Field(default=1800.0, gt=0)
+    grace_s: float = Field(default=3600.0, ge=0)
+    action: Literal["evict", "mark"] = "evict"
+    dry_run: bool = True
+    """Decide and record only (the default: turn a policy on knowingly)."""
+    exempt_namespaces: list[str] = Field(default_factory=list)
+    exempt_labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ReclaimConfig(_Strict):
+    """The reclaim loop: how often it looks, and the policies."""
+
+    interval_s: float = Field(default=60.0, gt=0)
+    policies: list[PolicyConfig] = Field(min_length=1)
+
+
 class ServeConfig(_Strict):
     """The whole ``serve.yaml``."""
 
@@ -126,6 +153,8 @@ class ServeConfig(_Strict):
     """Live mode: the cluster to show (``serve --config`` without ``--demo``)."""
     prometheus: PrometheusSource | None = None
     """Live mode: the telemetry."""
+    reclaim: ReclaimConfig | None = None
+    """The reclaim loop (absent: none runs); its decisions go to the state's ledger."""
 
 
 def load_serve_config(path: Path) -> ServeConfig:

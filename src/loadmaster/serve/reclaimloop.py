@@ -19,7 +19,14 @@ import logging
 from collections.abc import Sequence
 
 from loadmaster.diagnostics.reclaim import ReclaimRule, reclaim_report
-from loadmaster.scheduling.reclaim import JobActivity, ReclaimDecision, ReclaimPolicy, ReclaimTracker
+from loadmaster.scheduling.reclaim import (
+    JobActivity,
+    ReclaimAction,
+    ReclaimDecision,
+    ReclaimPolicy,
+    ReclaimTracker,
+)
+from loadmaster.serve.config import ReclaimConfig
 from loadmaster.serve.dashboard import Dashboard
 from loadmaster.serve.state import LedgerEntry, StateStore
 from loadmaster.serve.views import NotFoundError, job_namespace
@@ -97,3 +104,20 @@ class ReclaimLoop:
         return self.state.record(
             LedgerEntry(now, job_id, owner, namespace, action, reason, actor, gpus, hours)
         )
+
+
+def loop_from_config(config: ReclaimConfig, state: StateStore) -> ReclaimLoop:
+    """The loop serve.yaml's ``reclaim`` section describes, recording into ``state``."""
+    policies = [
+        ReclaimPolicy(
+            pool=p.pool,
+            idle_after_s=p.idle_after_s,
+            grace_s=p.grace_s,
+            action=ReclaimAction(p.action),
+            dry_run=p.dry_run,
+            exempt_namespaces=frozenset(p.exempt_namespaces),
+            exempt_labels=dict(p.exempt_labels),
+        )
+        for p in config.policies
+    ]
+    return ReclaimLoop(policies, state, interval_s=config.interval_s)
