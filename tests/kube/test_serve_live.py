@@ -81,8 +81,16 @@ def telemetry(api: KubeApiDouble) -> MemoryStore:
             if pod is not None:
                 labels |= {"pod": pod, "namespace": "team-a", "container": "main"}
             series.append(Series(n * GPUS + g, "gpu", labels))
-    store.register(series)
+    g1_node = recorded["g-1"][0]
+    spare = next(g for g in range(GPUS) if (g1_node, g) not in where)
+    stale = Series(
+        2 * GPUS, "gpu", {"gpu": str(spare), "Hostname": g1_node, "pod": "g-1", "namespace": "team-a"}
+    )
+    store.register([*series, stale])  # g-1 on another GPU two hours ago: an old label set, not the truth now
     now = time.time()
+    old = pa.table({"time_s": [now - 7200.0], "series": [stale.id], "field": [field_code(field("GPU_UTIL"))],
+                    "value": [50.0]}, schema=SAMPLE_SCHEMA)  # fmt: skip
+    store.append(old)
     # g-0 works; g-1 has held its GPUs idle for the last 40 minutes (the reclaim table's case)
     util = field_code(field("GPU_UTIL"))
     rows = [(now - 60.0 * k, s.id, util, 95.0 if s.labels.get("pod") == "g-0" else 0.0)

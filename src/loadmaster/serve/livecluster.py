@@ -41,7 +41,7 @@ from loadmaster.serve.dashboard import placements_of, series_of_gpus
 from loadmaster.serve.gpus import GpuIndex, TelemetryView, series_positions
 from loadmaster.serve.live import FREE, Frame, JobRecord
 from loadmaster.serve.views import NotFoundError
-from loadmaster.telemetry.schema import Field
+from loadmaster.telemetry.schema import Field, field
 from loadmaster.telemetry.store import Range, Series, TelemetryStore, matches
 
 
@@ -286,7 +286,7 @@ class LiveDashboard:
         if feed is None:
             return
         if self._clock() - self._series_at >= self.series_refresh_s:
-            self._series = self.store.inner.series()
+            self._series = _fresh(self.store.inner)
             self._series_at = self._clock()
         with self.lock:
             nodes = {n.name: i for i, n in enumerate(feed.snapshot.nodes.nodes)}
@@ -309,6 +309,16 @@ class LiveDashboard:
     def _feed_pods(self) -> Mapping[str, str]:
         feed = self.source.feed()
         return feed.pods if feed is not None else {}
+
+
+def _fresh(store: TelemetryStore) -> list[Series]:
+    """The store's series, less GPU series with no recent sample: a GPU whose pod changed keeps its old
+    label set in Prometheus for a while, and that one must not say who holds the GPU now."""
+    every = store.series()
+    recent = set(store.latest(field("GPU_UTIL")))
+    if not recent:
+        return every
+    return [s for s in every if s.scope != "gpu" or s.id in recent or "GPU_I_ID" in s.labels]
 
 
 def _pod_key(series: Series) -> str | None:
