@@ -13,6 +13,7 @@ serves preemption.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -92,6 +93,14 @@ class OrderPlugin(Plugin):
     def lane(self, job: Job) -> str | None:
         """The queue a job competes in for blocking, when this plugin splits queues (else None)."""
         return None
+
+    wakes: bool = False
+    """True for a plugin whose keys change with time alone (a running job's attained service
+    crossing a queue threshold): a driver then asks :meth:`wake_s` when to run a cycle again."""
+
+    def wake_s(self, snapshot: ClusterSnapshot, now: float) -> float:
+        """The next time after ``now`` at which a key changes with no other event (inf: never)."""
+        return math.inf
 
 
 class AdmitPlugin(Plugin):

@@ -13,6 +13,7 @@ from loadmaster.scheduling.plugins.cuda_compat import CudaCompat
 from loadmaster.scheduling.plugins.fifo import Fifo
 from loadmaster.scheduling.plugins.firstfit import FirstFit
 from loadmaster.scheduling.plugins.gang import Gang
+from loadmaster.scheduling.plugins.las import LAS_PLUGINS
 from loadmaster.scheduling.plugins.learned import Learned
 from loadmaster.scheduling.plugins.multiqueue import MultiQueue
 from loadmaster.scheduling.plugins.node_affinity import NodeAffinityPlugin
@@ -23,11 +24,14 @@ from loadmaster.scheduling.plugins.random_fit import RandomFit
 from loadmaster.scheduling.plugins.sharing import SHARING_PLUGINS
 from loadmaster.scheduling.plugins.spread import Spread
 from loadmaster.scheduling.plugins.taint_toleration import TaintToleration
+from loadmaster.scheduling.plugins.yarn import Yarn
 
 PLUGINS: Mapping[str, type[Plugin]] = {
     **BASELINE_PLUGINS,
     **ADMISSION_PLUGINS,
     **SHARING_PLUGINS,
+    **LAS_PLUGINS,
+    "yarn": Yarn,
     "fifo": Fifo,
     "priority": PriorityClass,
     "gang": Gang,

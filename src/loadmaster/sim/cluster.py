@@ -57,6 +57,9 @@ class SimCluster:
         self.memory_free = nodes.memory_mib.copy()
         self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
         self.pending: dict[str, PendingJob] = {}
+        self.service: dict[str, tuple[float, float]] = {}
+        """Run seconds kept by preempted jobs that resume, and when they stopped
+        (``SimOptions.resume_preempted``)."""
         self.running: dict[str, RunningJob] = {}
         self.queue_counts: Counter[str] = Counter()
         self._views = tuple(
@@ -88,6 +91,7 @@ class SimCluster:
             usage_gpu_s=self.usage.view(now),
             recent_runtimes_s=self.recent_runtimes,
             mig=self.mig,
+            service_s=self.service,
         )
 
     def account(self, running: RunningJob, now: float, finished: bool) -> float:

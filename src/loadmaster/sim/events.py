@@ -19,6 +19,8 @@ class Kind(IntEnum):
     TICK = 2
     MIG = 3
     """A MIG event (layout ready, node reboot or return, re-planning); ``index`` is the driver's token."""
+    WAKE = 4
+    """A cycle an order plugin asked for (``OrderPlugin.wake_s``: a job crossing a LAS threshold)."""
 
 
 class EventQueue:

@@ -7,7 +7,8 @@ snapshot, carries out its decisions (evictions before binds) and samples the
 timeline. A job that can never fit is rejected when it arrives, with the
 reason; a job still waiting when nothing more can happen keeps the reason of
 the last cycle. A preempted job is requeued at its original submit time and
-restarts from the beginning; the GPU time it lost is counted.
+restarts from the beginning; the GPU time it lost is counted (with
+``SimOptions.resume_preempted`` it resumes where it stopped and loses nothing).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class SimOptions:
     """At equal times, handle arrivals before completions (the RLScheduler simulator's order)."""
     mig: MigSimOptions | None = None
     """MIG pools, reconfiguration time, reboots and re-planning (see :mod:`loadmaster.sim.mig`)."""
+    resume_preempted: bool = False
+    """A preempted job keeps its progress (checkpointed, as Tiresias' simulator assumes) and resumes
+    for the rest of its duration, so no work is lost; False: it restarts from the beginning."""
 
 
 class Simulator:
@@ -73,6 +77,8 @@ class Simulator:
         self.rng = np.random.default_rng(options.seed)
         self._bind_times: dict[str, list[tuple[float, float]]] = {}
         self._last: CycleResult | None = None
+        self._wakers = [p for p in scheduler.profile.order if p.wakes]
+        self._wake_at = math.nan
         self.now = math.nan
         """Time of the last :meth:`step` (NaN before the first)."""
         self.explanations: dict[str, list[tuple[float, str]]] = {j: [] for j in options.explain}
@@ -125,11 +131,20 @@ class Simulator:
         for kind, index in due:
             ticked |= self._handle(kind, index, now)
         self._cycle(now)
+        if self._wakers:
+            self._wake(now)
         if ticked and (self.cluster.running or self._arrivals_left(now)):
             # Decided after the cycle, which may have just started a job; with nothing
             # running and nothing left to arrive, no later cycle could change anything.
             self.events.push(now + (self.options.period_s or math.inf), Kind.TICK)
         return now
+
+    def _wake(self, now: float) -> None:
+        snapshot = self.cluster.snapshot(now)
+        wake = min(p.wake_s(snapshot, now) for p in self._wakers)
+        if now < wake < math.inf and wake != self._wake_at:
+            self._wake_at = wake
+            self.events.push(wake, Kind.WAKE)
 
     def cycle_again(self) -> None:
         """Run one more scheduling cycle at the time of the last :meth:`step`, with no new event.
@@ -173,8 +188,9 @@ class Simulator:
     def _complete(self, index: int, now: float) -> None:
         trace = self.jobs[index]
         running = self.cluster.running.get(trace.job.id)
-        if running is None or running.start_s + trace.duration_s != now:
+        if running is None or running.start_s + self._left_s(index) != now:
             return  # the run this event was for was preempted
+        self.cluster.service.pop(trace.job.id, None)
         del self.cluster.running[trace.job.id]
         self._release(running)
         self.cluster.account(running, now, finished=True)
@@ -213,7 +229,12 @@ class Simulator:
         running = self.cluster.running.pop(preempt.job_id)
         self._release(running)
         index = self.index[preempt.job_id]
-        self.log.lost_gpu_s[index] += self.cluster.account(running, now, finished=False)
+        gpu_s = self.cluster.account(running, now, finished=False)
+        if self.options.resume_preempted:
+            ran = self.cluster.service.get(preempt.job_id, (0.0, now))[0]
+            self.cluster.service[preempt.job_id] = (ran + now - running.start_s, now)
+        else:
+            self.log.lost_gpu_s[index] += gpu_s
         self.log.preemptions[index] += 1
         self.log.start[index] = np.nan
         self._explain(preempt.job_id, now, f"preempted and requeued: {preempt.reason}")
@@ -249,7 +270,13 @@ class Simulator:
         if status is not None and now > job.submit_s:
             self.log.wait_reason[index] = str(status)
         self._explain(job.id, now, f"started on {self.log.node_names[index]}")
-        self.events.push(now + self.jobs[index].duration_s, Kind.COMPLETION, index)
+        self.events.push(now + self._left_s(index), Kind.COMPLETION, index)
+
+    def _left_s(self, index: int) -> float:
+        """Run time the job needs from its current start: its duration less what a resumed job kept."""
+        trace = self.jobs[index]
+        kept = self.cluster.service.get(trace.job.id)
+        return trace.duration_s if kept is None else trace.duration_s - kept[0]
 
     def _status(self, job: Job) -> Status | None:
         """Why ``job`` waited in the last cycle (None before any cycle or if it was bound)."""

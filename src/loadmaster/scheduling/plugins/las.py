@@ -1,0 +1,211 @@
+"""las: Tiresias' discretised least-attained-service orders (Gu et al., NSDI'19), and its preemption.
+
+A job's attained service is what it has run so far: GPUs x seconds (``las``,
+the paper's two-dimensional 2D-LAS) or seconds alone (``las-time``, the 1D
+variant). Thresholds split it into priority queues: a job starts in queue 0
+and is demoted to queue ``k`` once its service reaches ``thresholds[k-1]``.
+Jobs are served queue by queue, first come first served within a queue, a
+job that does not fit letting later ones start (Tiresias' simulator skips it).
+``gittins`` orders the jobs of a queue by their Gittins index given a
+distribution of job GPU-times (the paper's Discretized 2D-Gittins), highest
+first. ``las-preempt`` lets a waiting job evict running jobs of a strictly
+lower-priority queue, lowest queue first and, within one, the latest comer
+(the job Tiresias' scan reaches last); the ``preempt`` action evicts whole gangs.
+
+Starvation: with ``promote_knob`` > 0, a job that has waited since its last
+run stopped for ``promote_knob`` times the service it had attained goes back
+to queue 0 while it waits (the paper's STARVELIMIT / PromoteKnob).
+
+Attained service before the current run comes from ``ClusterSnapshot.service_s``
+(a driver that resumes preempted jobs keeps it: ``SimOptions.resume_preempted``);
+the running part is ``now - start_s``. Keys change with time alone when a
+running job crosses a threshold, so the plugins ask the driver for a cycle
+then (``wake_s``), as Tiresias' simulator makes a "job jump" event.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadmaster.model import ClusterSnapshot, Job, PendingJob, RunningJob
+from loadmaster.scheduling.framework import CycleContext, OrderPlugin, VictimPlugin
+
+TIRESIAS_THRESHOLDS = (3250.0, 7200.0)
+"""Queue limits of Tiresias' simulator (``jobs.py``: ``num_queue = 3``, so two of
+``queue_limit = [3250, 7200, 18000]`` are used), in GPU-seconds for 2D-LAS."""
+
+
+@dataclass(frozen=True, slots=True)
+class LasArgs:
+    thresholds: tuple[float, ...] = TIRESIAS_THRESHOLDS
+    """Attained service (GPU-seconds for ``las``, seconds for ``las-time``) at which a job moves
+    to the next queue; n thresholds make n + 1 queues. Strictly increasing, positive."""
+    promote_knob: float = 0.0
+    """A waiting job goes back to queue 0 once it has waited ``promote_knob`` times the service it
+    attained (starvation promotion); 0: never."""
+
+    def __post_init__(self) -> None:
+        if any(t <= 0 for t in self.thresholds) or list(self.thresholds) != sorted(set(self.thresholds)):
+            raise ValueError(
+                f"las: thresholds must be positive and strictly increasing, got {self.thresholds}"
+            )
+        if self.promote_knob < 0:
+            raise ValueError(f"las: promote_knob must be >= 0, got {self.promote_knob}")
+
+
+def _weight(job: Job, by_gpus: bool) -> float:
+    return float(max(job.gpus, 1)) if by_gpus else 1.0
+
+
+class Las(OrderPlugin):
+    """Key = (queue by attained GPU-seconds, submit time, id)."""
+
+    name = "las"
+    Args = LasArgs
+    by_gpus = True
+    wakes = True
+
+    def __init__(self, args: LasArgs | None = None) -> None:
+        super().__init__(args)
+        self.settings: LasArgs = args or LasArgs()
+
+    def attained(
+        self, job: Job, snapshot: ClusterSnapshot, now: float, running: RunningJob | None = None
+    ) -> float:
+        """Service ``job`` has attained by ``now``: before its current run, plus the run so far."""
+        ran = snapshot.service_s.get(job.id, (0.0, now))[0]
+        if running is not None:
+            ran += now - running.start_s
+        return ran * _weight(job, self.by_gpus)
+
+    def queue_of(
+        self, job: Job, snapshot: ClusterSnapshot, now: float, running: RunningJob | None = None
+    ) -> int:
+        """The priority queue ``job`` is in at ``now`` (0 is served first)."""
+        queue = bisect.bisect_right(self.settings.thresholds, self.attained(job, snapshot, now, running))
+        if running is None and queue > 0 and self._starved(job, snapshot, now):
+            return 0
+        return queue
+
+    def _starved(self, job: Job, snapshot: ClusterSnapshot, now: float) -> bool:
+        knob = self.settings.promote_knob
+        kept = snapshot.service_s.get(job.id)
+        return knob > 0 and kept is not None and kept[0] > 0 and now - kept[1] >= knob * kept[0]
+
+    def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
+        return (self.queue_of(job, ctx.snapshot, ctx.now), job.submit_s, job.id)
+
+    def wake_s(self, snapshot: ClusterSnapshot, now: float) -> float:
+        """The next demotion of a running job, or promotion of a waiting one."""
+        wake = math.inf
+        for running in snapshot.running:
+            attained = self.attained(running.job, snapshot, now, running)
+            nxt = bisect.bisect_right(self.settings.thresholds, attained)
+            if nxt < len(self.settings.thresholds):
+                rate = _weight(running.job, self.by_gpus)
+                wake = min(wake, now + (self.settings.thresholds[nxt] - attained) / rate)
+        if self.settings.promote_knob > 0:
+            for pending in snapshot.pending:
+                kept = snapshot.service_s.get(pending.job.id)
+                if kept is not None and kept[0] > 0 and self.queue_of(pending.job, snapshot, now) > 0:
+                    wake = min(wake, kept[1] + self.settings.promote_knob * kept[0])
+        return wake
+
+
+class LasTime(Las):
+    """Key = (queue by attained seconds, whatever the job's GPUs, submit time, id): 1D LAS."""
+
+    name = "las-time"
+    by_gpus = False
+
+
+@dataclass(frozen=True, slots=True)
+class GittinsArgs:
+    samples: tuple[float, ...] = ()
+    """GPU-seconds of past jobs: the distribution the index is computed from (Tiresias ships
+    ``yarn-gput1000.csv``). Required."""
+    quantum: float = 3250.0
+    """Service Δ the index looks ahead: a job's chance to finish within Δ over its expected
+    service within Δ (Tiresias' ``gittins_delta``)."""
+    thresholds: tuple[float, ...] = TIRESIAS_THRESHOLDS
+    """Queue limits as for ``las``; the index orders jobs within a queue."""
+
+    def __post_init__(self) -> None:
+        if not self.samples or any(s <= 0 for s in self.samples):
+            raise ValueError("gittins: samples must list the positive GPU-seconds of past jobs")
+        if self.quantum <= 0:
+            raise ValueError(f"gittins: quantum must be > 0, got {self.quantum}")
+        LasArgs(self.thresholds)
+
+
+class Gittins(Las):
+    """Key = (queue by attained GPU-seconds, minus the Gittins index, submit time, id)."""
+
+    name = "gittins"
+    Args = GittinsArgs  # type: ignore[assignment]
+
+    def __init__(self, args: GittinsArgs | None = None) -> None:
+        if args is None:
+            raise ValueError("gittins: needs samples (a distribution of job GPU-seconds)")
+        super().__init__(LasArgs(args.thresholds))
+        self.quantum = args.quantum
+        self.sorted = np.sort(np.asarray(args.samples, dtype=float))
+        self.suffix = np.concatenate([np.cumsum(self.sorted[::-1])[::-1], [0.0]])
+
+    def index(self, attained: float) -> float:
+        """P(S - a <= Δ | S > a) / E[min(S - a, Δ) | S > a] for service S drawn from the samples."""
+        data, n = self.sorted, len(self.sorted)
+        first = int(np.searchsorted(data, attained, side="right"))
+        if first >= n:
+            return 0.0  # longer than every sample: nothing to expect, served last in its queue
+        last = int(np.searchsorted(data, attained + self.quantum, side="right"))
+        left = n - first
+        finish = (last - first) / left
+        within = (self.suffix[first] - self.suffix[last]) - attained * (last - first)
+        expected = (within + self.quantum * (n - last)) / left
+        return float(finish / expected)
+
+    def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
+        attained = self.attained(job, ctx.snapshot, ctx.now)
+        return (self.queue_of(job, ctx.snapshot, ctx.now), -self.index(attained), job.submit_s, job.id)
+
+
+@dataclass(frozen=True, slots=True)
+class LasPreemptArgs:
+    thresholds: tuple[float, ...] = TIRESIAS_THRESHOLDS
+    """The same queue limits as the order plugin's."""
+    gpu_time: bool = True
+    """Attained service in GPU-seconds (2D-LAS); False: seconds (1D)."""
+
+
+class LasPreempt(VictimPlugin):
+    """Eligible victims: running jobs in a strictly lower-priority queue; lowest queue, then latest first."""
+
+    name = "las-preempt"
+    Args = LasPreemptArgs
+
+    def __init__(self, args: LasPreemptArgs | None = None) -> None:
+        super().__init__(args)
+        settings: LasPreemptArgs = args or LasPreemptArgs()
+        self.las: Las = (
+            Las(LasArgs(settings.thresholds)) if settings.gpu_time else LasTime(LasArgs(settings.thresholds))
+        )
+
+    def select_victims(
+        self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
+    ) -> Sequence[RunningJob]:
+        snapshot, now = ctx.snapshot, ctx.now
+        mine = self.las.queue_of(pending.job, snapshot, now)
+        ranked = [(self.las.queue_of(r.job, snapshot, now, r), r) for r in running]
+        eligible = [(q, r) for q, r in ranked if q > mine]
+        eligible.sort(key=lambda qr: (-qr[0], -qr[1].job.submit_s, qr[1].job.id))
+        return [r for _, r in eligible]
+
+
+LAS_PLUGINS = {"las": Las, "las-time": LasTime, "gittins": Gittins, "las-preempt": LasPreempt}
+"""The Tiresias family, for the registry's table."""
