@@ -41,7 +41,7 @@ def _with_service(snapshot: ClusterSnapshot, **service: tuple[float, float]) -> 
 def test_queue_by_attained_service(gpus: int, ran_s: float, queue_2d: int, queue_1d: int) -> None:
     cluster = a_cluster().nodes(1, gpus=8).build()
     job = a_job("j").tasks(gpus).min_available(gpus).build()
-    snapshot = _with_service(a_snapshot(cluster).pending(job).build(), j=(ran_s, 0.0))
+    snapshot = _with_service(a_snapshot(cluster).pending(job).build(), j=(ran_s, 0.0, ran_s))
     assert Las().queue_of(job, snapshot, 10.0) == queue_2d
     assert LasTime().queue_of(job, snapshot, 10.0) == queue_1d
 
@@ -49,7 +49,9 @@ def test_queue_by_attained_service(gpus: int, ran_s: float, queue_2d: int, queue
 def test_running_part_counts_and_wake_is_the_next_demotion() -> None:
     cluster = a_cluster().nodes(1, gpus=8).build()
     job = a_job("r").tasks(2).min_available(2)
-    snapshot = _with_service(a_snapshot(cluster).running(job, "n0", since=100.0).build(), r=(1000.0, 100.0))
+    snapshot = _with_service(
+        a_snapshot(cluster).running(job, "n0", since=100.0).build(), r=(1000.0, 100.0, 1000.0)
+    )
     running = next(iter(snapshot.running))
     las = Las()
     # 1000 s before this run + 500 s of it, on 2 GPUs: 3,000 GPU-seconds, queue 0.
@@ -65,7 +67,9 @@ def test_order_is_queue_then_submission() -> None:
     cluster = a_cluster().nodes(1, gpus=8).build()
     old_long = a_job("a").submitted(0.0).build()
     new_short = a_job("b").submitted(50.0).build()
-    snapshot = _with_service(a_snapshot(cluster).pending(old_long, new_short).build(), a=(5000.0, 40.0))
+    snapshot = _with_service(
+        a_snapshot(cluster).pending(old_long, new_short).build(), a=(5000.0, 40.0, 5000.0)
+    )
     ctx = _ctx(snapshot, 60.0)
     las = Las()
     assert sorted([old_long, new_short], key=lambda j: las.order_key(j, ctx)) == [new_short, old_long]
@@ -76,7 +80,7 @@ def test_starvation_promotion(now: float, queue: int) -> None:
     cluster = a_cluster().nodes(1, gpus=8).build()
     job = a_job("s").build()
     # Ran 4,000 s, stopped at 41 s: with knob 1 it goes back to queue 0 after waiting 4,000 s.
-    snapshot = _with_service(a_snapshot(cluster).pending(job).build(), s=(4000.0, 41.0))
+    snapshot = _with_service(a_snapshot(cluster).pending(job).build(), s=(4000.0, 41.0, 4000.0))
     las = Las(LasArgs(promote_knob=1.0))
     assert las.queue_of(job, snapshot, now) == queue
     if queue:
@@ -124,7 +128,7 @@ def test_victims_are_lower_queues_lowest_and_latest_first() -> None:
         .running(q1_new, "n1", since=0.0)
         .pending(waiting)
         .build(),
-        q2=(1000.0, 0.0),
+        q2=(1000.0, 0.0, 1000.0),
     )
     # At t=1000: q2 has 8 x 2000 = 16,000 GPU-s (queue 2); q1-* 4 x 1000 = 4,000 (queue 1).
     ctx = _ctx(snapshot, 1000.0)
@@ -183,3 +187,21 @@ def test_demotion_wakes_the_simulator() -> None:
     result = simulate(cluster, Scheduler(las), jobs, SimOptions(resume_preempted=True)).jobs
     assert by_id(result, "start_s")["late"] == 3250.0
     assert by_id(result, "end_s") == {"long": 10_100.0, "late": 3350.0}
+
+
+def test_fifo_within_a_queue_is_by_entry() -> None:
+    cluster = a_cluster().nodes(1, gpus=8).build()
+    # Both in queue 1 (>= 3,250 GPU-s). "early" was submitted first but crossed the threshold at
+    # 2,000 + 3,250 - 0 = 5,250 s; "late" crossed at 1,000 + (3,250 - 3,000) = 1,250 s: it entered first.
+    early = a_job("early").submitted(0.0).build()
+    late = a_job("late").submitted(10.0).build()
+    snapshot = _with_service(
+        a_snapshot(cluster).pending(early, late).build(),
+        early=(4000.0, 6000.0, 4000.0),
+        late=(3500.0, 1500.0, 500.0),
+    )
+    ctx = _ctx(snapshot, 7000.0)
+    las = Las()
+    assert las.entered_s(early, 1, snapshot) == 5250.0
+    assert las.entered_s(late, 1, snapshot) == 1250.0
+    assert sorted([early, late], key=lambda j: las.order_key(j, ctx)) == [late, early]

@@ -55,10 +55,10 @@ class ClusterSnapshot:
     """Tasks each node may still take in all, whatever their size (Kubernetes ``allocatable.pods`` less
     the pods on the node, of every scheduler); None: no such limit. Read only."""
 
-    service_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    service_s: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
     """Per job id that ran and was preempted with its progress kept (a checkpointing driver):
-    (seconds it ran before its current run, when its last run stopped). Attained-service orders
-    (Tiresias' LAS) read it; empty where preemption restarts jobs from the beginning."""
+    (seconds it ran before its current run, when its last run stopped, how long that run was).
+    Attained-service orders (Tiresias' LAS) read it; empty where preemption restarts jobs."""
 
     def queues(self) -> frozenset[str]:
         """Names of the queues that hold pending jobs."""

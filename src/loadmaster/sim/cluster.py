@@ -57,7 +57,7 @@ class SimCluster:
         self.memory_free = nodes.memory_mib.copy()
         self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
         self.pending: dict[str, PendingJob] = {}
-        self.service: dict[str, tuple[float, float]] = {}
+        self.service: dict[str, tuple[float, float, float]] = {}
         """Run seconds kept by preempted jobs that resume, and when they stopped
         (``SimOptions.resume_preempted``)."""
         self.running: dict[str, RunningJob] = {}

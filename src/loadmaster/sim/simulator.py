@@ -231,8 +231,8 @@ class Simulator:
         index = self.index[preempt.job_id]
         gpu_s = self.cluster.account(running, now, finished=False)
         if self.options.resume_preempted:
-            ran = self.cluster.service.get(preempt.job_id, (0.0, now))[0]
-            self.cluster.service[preempt.job_id] = (ran + now - running.start_s, now)
+            ran = self.cluster.service.get(preempt.job_id, (0.0, now, 0.0))[0]
+            self.cluster.service[preempt.job_id] = (ran + now - running.start_s, now, now - running.start_s)
         else:
             self.log.lost_gpu_s[index] += gpu_s
         self.log.preemptions[index] += 1

@@ -6,6 +6,10 @@ variant). Thresholds split it into priority queues: a job starts in queue 0
 and is demoted to queue ``k`` once its service reaches ``thresholds[k-1]``.
 Jobs are served queue by queue, first come first served within a queue, a
 job that does not fit letting later ones start (Tiresias' simulator skips it).
+First come within a queue means by the time the job entered it: its arrival
+for queue 0, the moment its service crossed the threshold for a lower one
+(Tiresias appends a demoted job to its new queue). The plugin remembers that
+moment per job once seen (one float per demoted job).
 ``gittins`` orders the jobs of a queue by their Gittins index given a
 distribution of job GPU-times (the paper's Discretized 2D-Gittins), highest
 first. ``las-preempt`` lets a waiting job evict running jobs of a strictly
@@ -73,12 +77,13 @@ class Las(OrderPlugin):
     def __init__(self, args: LasArgs | None = None) -> None:
         super().__init__(args)
         self.settings: LasArgs = args or LasArgs()
+        self._entered: dict[str, tuple[int, float]] = {}
 
     def attained(
         self, job: Job, snapshot: ClusterSnapshot, now: float, running: RunningJob | None = None
     ) -> float:
         """Service ``job`` has attained by ``now``: before its current run, plus the run so far."""
-        ran = snapshot.service_s.get(job.id, (0.0, now))[0]
+        ran = snapshot.service_s.get(job.id, (0.0, now, 0.0))[0]
         if running is not None:
             ran += now - running.start_s
         return ran * _weight(job, self.by_gpus)
@@ -97,8 +102,28 @@ class Las(OrderPlugin):
         kept = snapshot.service_s.get(job.id)
         return knob > 0 and kept is not None and kept[0] > 0 and now - kept[1] >= knob * kept[0]
 
+    def entered_s(self, job: Job, queue: int, snapshot: ClusterSnapshot) -> float:
+        """When waiting ``job`` entered ``queue``: FIFO within a queue is by this time."""
+        kept = snapshot.service_s.get(job.id)
+        if kept is None:
+            return job.submit_s
+        ran, stopped, last = kept
+        if queue == 0:
+            demoted = ran * _weight(job, self.by_gpus) >= self.settings.thresholds[0]
+            return stopped + self.settings.promote_knob * ran if demoted else job.submit_s
+        known = self._entered.get(job.id)
+        if known is not None and known[0] == queue:
+            return known[1]
+        weight, threshold = _weight(job, self.by_gpus), self.settings.thresholds[queue - 1]
+        before = ran - last
+        # Crossed during its last run (else earlier: the start of that run is the best bound left).
+        entered = stopped - last + max(threshold / weight - before, 0.0)
+        self._entered[job.id] = (queue, entered)
+        return entered
+
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
-        return (self.queue_of(job, ctx.snapshot, ctx.now), job.submit_s, job.id)
+        queue = self.queue_of(job, ctx.snapshot, ctx.now)
+        return (queue, self.entered_s(job, queue, ctx.snapshot), job.submit_s, job.id)
 
     def wake_s(self, snapshot: ClusterSnapshot, now: float) -> float:
         """The next demotion of a running job, or promotion of a waiting one."""
@@ -199,12 +224,29 @@ class LasPreempt(VictimPlugin):
     def select_victims(
         self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
     ) -> Sequence[RunningJob]:
+        mine = self.las.queue_of(pending.job, ctx.snapshot, ctx.now)
+        ranked = self._ranked(ctx)
+        if not ranked or ranked[0][0] <= mine:
+            return []
+        present = {r.job.id for r in running}
+        eligible = [r for q, r in ranked if q > mine and r.job.id in present]
+        # Fewer GPUs free with every eligible victim gone than the job needs: evicting cannot help,
+        # so say so now rather than let the preempt action try placements that must fail.
+        freed = sum(p.gpu_milli * len(p.gpu_indices) for r in eligible for p in r.placements)
+        if freed + int(ctx.state.free_milli.sum()) < pending.job.gpu_milli:
+            return []
+        return eligible
+
+    def _ranked(self, ctx: CycleContext) -> list[tuple[int, RunningJob]]:
+        """Every running job with its queue, preferred victim first; computed once per cycle."""
+        cached = ctx.data.get(self.name)
+        if isinstance(cached, list):
+            return cached
         snapshot, now = ctx.snapshot, ctx.now
-        mine = self.las.queue_of(pending.job, snapshot, now)
-        ranked = [(self.las.queue_of(r.job, snapshot, now, r), r) for r in running]
-        eligible = [(q, r) for q, r in ranked if q > mine]
-        eligible.sort(key=lambda qr: (-qr[0], -qr[1].job.submit_s, qr[1].job.id))
-        return [r for _, r in eligible]
+        ranked = [(self.las.queue_of(r.job, snapshot, now, r), r) for r in snapshot.running]
+        ranked.sort(key=lambda qr: (-qr[0], -qr[1].job.submit_s, qr[1].job.id))
+        ctx.data[self.name] = ranked
+        return ranked
 
 
 LAS_PLUGINS = {"las": Las, "las-time": LasTime, "gittins": Gittins, "las-preempt": LasPreempt}
