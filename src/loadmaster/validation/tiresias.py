@@ -142,3 +142,32 @@ def reference(job_csv: Path) -> Outcome:
         [float(r["end_time"]) for r in rows],
         sum(int(r.get("preempt", 0) or 0) for r in rows),
     )
+
+
+STRESS = {"copies": 8, "spacing_s": 1800, "duration_factor": 10}
+"""How the stress trace is derived from ``60_job.csv``: the shipped trace never queues a job on the
+shipped clusters (every job starts on arrival under either scheduler), so it cannot tell schedulers
+apart. Eight copies, each 1,800 s after the last, with every duration x10 (jobs then cross both
+LAS thresholds, queue and are preempted): 480 jobs. Both simulators read the same file."""
+
+
+def derive_stress(source: Path, target: Path) -> None:
+    """Write the stress trace (:data:`STRESS`) of ``source`` (a Tiresias job trace) to ``target``."""
+    with source.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        fields, rows = list(reader.fieldnames or ()), list(reader)
+    missing = {"job_id", "submit_time", "duration"} - set(fields)
+    if missing:
+        raise ModelError(f"{source}: a Tiresias job trace with {sorted(missing)} is needed")
+    size, out = len(rows), []
+    for copy in range(STRESS["copies"]):
+        for row in rows:
+            derived = dict(row)
+            derived["job_id"] = str(copy * size + int(row["job_id"]))
+            derived["submit_time"] = str(copy * STRESS["spacing_s"] + int(row["submit_time"]))
+            derived["duration"] = str(int(row["duration"]) * STRESS["duration_factor"])
+            out.append(derived)
+    with target.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(out)
