@@ -13,7 +13,15 @@ from loadmaster.errors import ConfigError
 from loadmaster.model import ClusterSnapshot
 from loadmaster.scheduling import Scheduler
 from loadmaster.scheduling.framework import CycleContext
-from loadmaster.scheduling.plugins.las import Gittins, GittinsArgs, Las, LasArgs, LasPreempt, LasTime
+from loadmaster.scheduling.plugins.las import (
+    Gittins,
+    GittinsArgs,
+    Las,
+    LasArgs,
+    LasCount,
+    LasPreempt,
+    LasTime,
+)
 from loadmaster.scheduling.plugins.yarn import Yarn
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.sim import SimOptions, simulate
@@ -205,3 +213,34 @@ def test_fifo_within_a_queue_is_by_entry() -> None:
     assert las.entered_s(early, 1, snapshot) == 5250.0
     assert las.entered_s(late, 1, snapshot) == 1250.0
     assert sorted([early, late], key=lambda j: las.order_key(j, ctx)) == [late, early]
+
+
+def test_las_count_serves_by_priority_from_the_gpu_count() -> None:
+    cluster = a_cluster().nodes(2, gpus=4).build()
+    # 8 GPUs. Running: "old" (4 GPUs, queue 2 by 16,000 GPU-s). Waiting: "big" (6 GPUs, queue 0),
+    # "small" (2 GPUs, queue 1 by 4,000 GPU-s). Priority: big (6 of 8), small (2 left), old (none left).
+    old = a_job("old").submitted(0.0).tasks(4).min_available(4)
+    big = a_job("big").submitted(5.0).tasks(6).min_available(6).build()
+    small = a_job("small").submitted(1.0).tasks(2).min_available(2).build()
+    built = a_snapshot(cluster).running(old, "n0", since=0.0).pending(big, small).build()
+    snapshot = _with_service(built, old=(0.0, 0.0, 0.0), small=(2000.0, 50.0, 2000.0))
+    ctx = _ctx(snapshot, 4000.0)
+    counted = LasCount()
+    assert counted.served(ctx) == {"big", "small"}
+    assert counted.admit(next(p for p in snapshot.pending if p.job.id == "small"), ctx).ok
+    # las-preempt then offers the job the plan does not serve, whatever its queue.
+    victims = LasPreempt().select_victims(next(iter(snapshot.pending)), list(snapshot.running), ctx)
+    assert [v.job.id for v in victims] == ["old"]
+
+
+@pytest.mark.parametrize(
+    ("tiresias", "wake"), [(False, 1000.0 + 2250.0 / 4), (True, 1000.0 + math.ceil(2250.0 / 4))]
+)
+def test_wake_exact_or_as_tiresias(tiresias: bool, wake: float) -> None:
+    cluster = a_cluster().nodes(1, gpus=4).build()
+    job = a_job("r").tasks(4).min_available(4)
+    snapshot = a_snapshot(cluster).running(job, "n0", since=750.0).build()
+    # At 1,000 s: 250 s x 4 GPUs = 1,000 GPU-s. Exact crossing of 3,250: 562.5 s later. Tiresias'
+    # jump: ceil((3,250 - 250 s) / 4) = 750 s later (seconds taken from GPU-seconds: late).
+    got = Las(LasArgs(tiresias_wake=tiresias)).wake_s(snapshot, 1000.0)
+    assert got == (wake if not tiresias else 1000.0 + math.ceil((3250.0 - 250.0) / 4))

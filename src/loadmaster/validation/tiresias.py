@@ -100,8 +100,9 @@ def profile(policy: str) -> Profile:
         specs = [PluginSpec("fifo", {"strict": True}), PluginSpec("gang", {}), PluginSpec("yarn", {})]
         return build_profile("tiresias-fifo", ["allocate"], specs, source="tiresias")
     if policy == "dlas-gpu":
-        specs = [PluginSpec("las", {}), PluginSpec("gang", {}), PluginSpec("las-preempt", {})]
-        return build_profile("tiresias-dlas-gpu", ["allocate", "preempt"], specs, source="tiresias")
+        specs = [PluginSpec("las", {"tiresias_wake": True})]
+        specs += [PluginSpec(n, {}) for n in ("las-count", "gang", "las-preempt")]
+        return build_profile("tiresias-dlas-gpu", ["admit", "allocate", "preempt"], specs, source="tiresias")
     raise ModelError(f"unknown Tiresias policy {policy!r}; allowed: {', '.join(POLICIES)}")
 
 

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from loadmaster.model import ClusterSnapshot, Job, PendingJob, RunningJob
-from loadmaster.scheduling.framework import CycleContext, OrderPlugin, VictimPlugin
+from loadmaster.scheduling.framework import AdmitPlugin, CycleContext, OrderPlugin, VictimPlugin
+from loadmaster.scheduling.status import SUCCESS, Status, wait
 
 TIRESIAS_THRESHOLDS = (3250.0, 7200.0)
 """Queue limits of Tiresias' simulator (``jobs.py``: ``num_queue = 3``, so two of
@@ -52,6 +53,11 @@ class LasArgs:
     promote_knob: float = 0.0
     """A waiting job goes back to queue 0 once it has waited ``promote_knob`` times the service it
     attained (starvation promotion); 0: never."""
+    tiresias_wake: bool = False
+    """Ask for the next cycle when Tiresias' simulator makes its "job jump" event:
+    ``ceil((threshold - attained seconds) / GPUs)`` after now, a formula that subtracts seconds from
+    GPU-seconds, so it sees a demotion late unless another event comes first. Only for reproducing
+    its numbers; False: at the exact crossing."""
 
     def __post_init__(self) -> None:
         if any(t <= 0 for t in self.thresholds) or list(self.thresholds) != sorted(set(self.thresholds)):
@@ -121,6 +127,17 @@ class Las(OrderPlugin):
         self._entered[job.id] = (queue, entered)
         return entered
 
+    def running_entered_s(self, running: RunningJob, queue: int, snapshot: ClusterSnapshot) -> float:
+        """When running ``running`` entered ``queue``: during this run, or at its start if before."""
+        if queue == 0:
+            return self.entered_s(running.job, 0, snapshot)
+        known = self._entered.get(running.job.id)
+        if known is not None and known[0] == queue:
+            return known[1]
+        prior = snapshot.service_s.get(running.job.id, (0.0, 0.0, 0.0))[0]
+        threshold = self.settings.thresholds[queue - 1] / _weight(running.job, self.by_gpus)
+        return running.start_s + max(threshold - prior, 0.0)
+
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         queue = self.queue_of(job, ctx.snapshot, ctx.now)
         return (queue, self.entered_s(job, queue, ctx.snapshot), job.submit_s, job.id)
@@ -133,7 +150,11 @@ class Las(OrderPlugin):
             nxt = bisect.bisect_right(self.settings.thresholds, attained)
             if nxt < len(self.settings.thresholds):
                 rate = _weight(running.job, self.by_gpus)
-                wake = min(wake, now + (self.settings.thresholds[nxt] - attained) / rate)
+                if self.settings.tiresias_wake:
+                    seconds = attained / rate
+                    wake = min(wake, now + math.ceil((self.settings.thresholds[nxt] - seconds) / rate))
+                else:
+                    wake = min(wake, now + (self.settings.thresholds[nxt] - attained) / rate)
         if self.settings.promote_knob > 0:
             for pending in snapshot.pending:
                 kept = snapshot.service_s.get(pending.job.id)
@@ -224,12 +245,16 @@ class LasPreempt(VictimPlugin):
     def select_victims(
         self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
     ) -> Sequence[RunningJob]:
-        mine = self.las.queue_of(pending.job, ctx.snapshot, ctx.now)
         ranked = self._ranked(ctx)
-        if not ranked or ranked[0][0] <= mine:
-            return []
         present = {r.job.id for r in running}
-        eligible = [r for q, r in ranked if q > mine and r.job.id in present]
+        served = ctx.data.get(LasCount.name)
+        if isinstance(served, frozenset):
+            # las-count's plan decides: every running job it does not serve gives way, whatever its
+            # queue, as Tiresias stops each of them (the waiting job is one the plan serves).
+            eligible = [r for _, r in ranked if r.job.id in present and r.job.id not in served]
+        else:
+            mine = self.las.queue_of(pending.job, ctx.snapshot, ctx.now)
+            eligible = [r for q, r in ranked if q > mine and r.job.id in present]
         # Fewer GPUs free with every eligible victim gone than the job needs: evicting cannot help,
         # so say so now rather than let the preempt action try placements that must fail.
         freed = sum(p.gpu_milli * len(p.gpu_indices) for r in eligible for p in r.placements)
@@ -249,5 +274,73 @@ class LasPreempt(VictimPlugin):
         return ranked
 
 
-LAS_PLUGINS = {"las": Las, "las-time": LasTime, "gittins": Gittins, "las-preempt": LasPreempt}
+@dataclass(frozen=True, slots=True)
+class LasCountArgs:
+    thresholds: tuple[float, ...] = TIRESIAS_THRESHOLDS
+    """The same queue limits as the order plugin's."""
+    gpu_time: bool = True
+    """Attained service in GPU-seconds (2D-LAS); False: seconds (1D)."""
+
+
+class LasCount(AdmitPlugin):
+    """Tiresias' allocation rule: which jobs the LAS priority serves from the cluster's GPU count.
+
+    Every cycle it walks all jobs, running and waiting, queue by queue; within a
+    queue running jobs first, then waiting ones, each by the time it entered the
+    queue; each job that still fits in the GPUs left of the cluster's total takes
+    them, one that does not is skipped (``dlas_sim_jobs``). A waiting job is
+    admitted only if served; with ``las-preempt``, only running jobs not served
+    may be evicted. Where tasks may go on any node (one-GPU tasks) this is
+    Tiresias exactly; with placement constraints a served job may still not fit.
+    """
+
+    name = "las-count"
+    Args = LasCountArgs
+
+    def __init__(self, args: LasCountArgs | None = None) -> None:
+        super().__init__(args)
+        settings: LasCountArgs = args or LasCountArgs()
+        queues = LasArgs(settings.thresholds)
+        self.las: Las = Las(queues) if settings.gpu_time else LasTime(queues)
+
+    def admit(self, pending: PendingJob, ctx: CycleContext) -> Status:
+        if pending.job.id in self.served(ctx):
+            return SUCCESS
+        return wait("las-count: higher-priority jobs hold the GPUs it needs", self.name)
+
+    def served(self, ctx: CycleContext) -> frozenset[str]:
+        """Ids of the jobs the rule serves this cycle (computed once per cycle)."""
+        cached = ctx.data.get(self.name)
+        if isinstance(cached, frozenset):
+            return cached
+        snapshot, now, las = ctx.snapshot, ctx.now, self.las
+        ranked: list[tuple[int, int, float, float, str, float]] = []
+        for r in snapshot.running:
+            queue = las.queue_of(r.job, snapshot, now, r)
+            entered = las.running_entered_s(r, queue, snapshot)
+            ranked.append((queue, 0, entered, r.job.submit_s, r.job.id, r.job.gpus))
+        for p in snapshot.pending:
+            queue = las.queue_of(p.job, snapshot, now)
+            ranked.append(
+                (queue, 1, las.entered_s(p.job, queue, snapshot), p.job.submit_s, p.job.id, p.job.gpus)
+            )
+        ranked.sort()
+        left = float(np.count_nonzero(snapshot.nodes.gpu_exists()))
+        served = []
+        for *_, job_id, gpus in ranked:
+            if gpus <= left:
+                served.append(job_id)
+                left -= gpus
+        plan = frozenset(served)
+        ctx.data[self.name] = plan
+        return plan
+
+
+LAS_PLUGINS = {
+    "las": Las,
+    "las-time": LasTime,
+    "gittins": Gittins,
+    "las-preempt": LasPreempt,
+    "las-count": LasCount,
+}
 """The Tiresias family, for the registry's table."""
