@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadmaster.model import ClusterSnapshot, Job, PendingJob, RunningJob
+from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, Job, PendingJob, RunningJob
 from loadmaster.scheduling.framework import AdmitPlugin, CycleContext, OrderPlugin, VictimPlugin
 from loadmaster.scheduling.status import SUCCESS, Status, wait
 
@@ -69,7 +69,7 @@ class LasArgs:
 
 
 def _weight(job: Job, by_gpus: bool) -> float:
-    return float(max(job.gpus, 1)) if by_gpus else 1.0
+    return max(job.tasks * job.request.gpu_milli / MILLI_PER_GPU, 1.0) if by_gpus else 1.0
 
 
 class Las(OrderPlugin):
@@ -98,6 +98,8 @@ class Las(OrderPlugin):
         self, job: Job, snapshot: ClusterSnapshot, now: float, running: RunningJob | None = None
     ) -> int:
         """The priority queue ``job`` is in at ``now`` (0 is served first)."""
+        if running is None and job.id not in snapshot.service_s:
+            return 0  # waiting and never ran: nothing attained (most of a queue; the fast path)
         queue = bisect.bisect_right(self.settings.thresholds, self.attained(job, snapshot, now, running))
         if running is None and queue > 0 and self._starved(job, snapshot, now):
             return 0
