@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loadmaster.traces.gavel import read_gavel
 from loadmaster.traces.generic import read_csv
 from loadmaster.traces.helios import read_helios
 from loadmaster.traces.openb import read_openb
@@ -27,6 +28,9 @@ FORMATS: dict[str, Format] = {
         Format("philly", "Microsoft Philly cluster_job_log (JSON)", (), read_philly),
         Format("helios", "SenseTime Helios cluster_log.csv", (), read_helios),
         Format("tiresias", "Tiresias job trace CSV (job_id,num_gpu,submit_time,...)", (), read_tiresias),
+        Format(
+            "gavel", "Gavel job trace (.trace: 10 tab-separated fields, no header)", (".trace",), read_gavel
+        ),
     )
 }
 """Every line-based format by name; ``canonical`` (Parquet in the canonical schema) is read apart."""
