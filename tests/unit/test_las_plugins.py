@@ -11,7 +11,7 @@ import pytest
 from builders import a_cluster, a_job, a_snapshot, bind_of, by_id, cycle, nodes_of, profile, trace
 from loadmaster.errors import ConfigError
 from loadmaster.model import ClusterSnapshot
-from loadmaster.scheduling import Scheduler
+from loadmaster.scheduling import CycleResult, Profile, Scheduler
 from loadmaster.scheduling.framework import CycleContext
 from loadmaster.scheduling.plugins.las import (
     Gittins,
@@ -244,3 +244,28 @@ def test_wake_exact_or_as_tiresias(tiresias: bool, wake: float) -> None:
     # jump: ceil((3,250 - 250 s) / 4) = 750 s later (seconds taken from GPU-seconds: late).
     got = Las(LasArgs(tiresias_wake=tiresias)).wake_s(snapshot, 1000.0)
     assert got == (wake if not tiresias else 1000.0 + math.ceil((3250.0 - 250.0) / 4))
+
+
+class _Times(Scheduler):
+    def __init__(self, chosen: Profile) -> None:
+        super().__init__(chosen)
+        self.times: list[float] = []
+
+    def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
+        self.times.append(now)
+        return super().cycle(snapshot, now, rng)
+
+
+def test_a_stale_wake_runs_no_cycle() -> None:
+    cluster = a_cluster().nodes(1, gpus=1).build()
+    # "a" runs 0-1,000 and asked for a wake at 3,250; it ended first, so 3,250 is stale. "b" runs from
+    # 1,000 and is demoted at 4,250, when "c" (waiting since 2) preempts it; "b" resumes at 4,260.
+    jobs = [
+        trace(a_job("a").submitted(0.0), 1000.0),
+        trace(a_job("b").submitted(1.0), 5000.0),
+        trace(a_job("c").submitted(2.0), 10.0),
+    ]
+    scheduler = _Times(profile("las-time", "las-preempt", args={"las-preempt": {"gpu_time": False}}))
+    result = simulate(cluster, scheduler, jobs, SimOptions(resume_preempted=True)).jobs
+    assert 3250.0 not in scheduler.times and 4250.0 in scheduler.times
+    assert by_id(result, "end_s") == {"a": 1000.0, "b": 6010.0, "c": 4260.0}

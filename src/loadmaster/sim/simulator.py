@@ -78,7 +78,8 @@ class Simulator:
         self._bind_times: dict[str, list[tuple[float, float]]] = {}
         self._last: CycleResult | None = None
         self._wakers = [p for p in scheduler.profile.order if p.wakes]
-        self._wake_at = math.nan
+        self._wake_at = math.inf
+        self._wakes_queued: set[float] = set()
         self.now = math.nan
         """Time of the last :meth:`step` (NaN before the first)."""
         self.explanations: dict[str, list[tuple[float, str]]] = {j: [] for j in options.explain}
@@ -130,6 +131,8 @@ class Simulator:
         due = self.events.pop_next() if self.options.cycle_per_event else self.events.pop_due(now)
         for kind, index in due:
             ticked |= self._handle(kind, index, now)
+        if self._wakers and self._stale_wakes_only(due, now):
+            return now  # a wake the plugins no longer ask for (its job was preempted or ended): no cycle
         self._cycle(now)
         if self._wakers:
             self._wake(now)
@@ -142,9 +145,16 @@ class Simulator:
     def _wake(self, now: float) -> None:
         snapshot = self.cluster.snapshot(now)
         wake = min(p.wake_s(snapshot, now) for p in self._wakers)
-        if now < wake < math.inf and wake != self._wake_at:
-            self._wake_at = wake
+        self._wake_at = wake  # the latest answer rules: an earlier wake still queued is stale
+        if now < wake < math.inf and wake not in self._wakes_queued:
+            self._wakes_queued.add(wake)
             self.events.push(wake, Kind.WAKE)
+
+    def _stale_wakes_only(self, due: list[tuple[Kind, int]], now: float) -> bool:
+        """True when every event due is a wake and none is the one last asked for."""
+        wakes = all(kind is Kind.WAKE for kind, _ in due)
+        self._wakes_queued.discard(now)
+        return wakes and now != self._wake_at
 
     def cycle_again(self) -> None:
         """Run one more scheduling cycle at the time of the last :meth:`step`, with no new event.

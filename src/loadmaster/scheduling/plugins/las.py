@@ -304,6 +304,7 @@ class LasCount(AdmitPlugin):
         settings: LasCountArgs = args or LasCountArgs()
         queues = LasArgs(settings.thresholds)
         self.las: Las = Las(queues) if settings.gpu_time else LasTime(queues)
+        self._last_cycle_s = -math.inf
 
     def admit(self, pending: PendingJob, ctx: CycleContext) -> Status:
         if pending.job.id in self.served(ctx):
@@ -320,7 +321,10 @@ class LasCount(AdmitPlugin):
         for r in snapshot.running:
             queue = las.queue_of(r.job, snapshot, now, r)
             entered = las.running_entered_s(r, queue, snapshot)
-            ranked.append((queue, 0, entered, r.job.submit_s, r.job.id, r.job.gpus))
+            # A job that entered its queue since the last cycle is appended behind the waiting ones
+            # (Tiresias moves waiting jobs behind running ones only at the end of each event).
+            late = 2 if queue > 0 and entered > self._last_cycle_s else 0
+            ranked.append((queue, late, entered, r.job.submit_s, r.job.id, r.job.gpus))
         for p in snapshot.pending:
             queue = las.queue_of(p.job, snapshot, now)
             ranked.append(
@@ -335,6 +339,7 @@ class LasCount(AdmitPlugin):
                 left -= gpus
         plan = frozenset(served)
         ctx.data[self.name] = plan
+        self._last_cycle_s = now
         return plan
 
 
