@@ -35,7 +35,7 @@ from loadmaster.validation.tiresias import POLICIES, STRESS, Outcome, derive_str
 from results_io import print_targets, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA_DIRS = (ROOT / "data" / "reference" / "tiresias", ROOT.parent / "shared" / "data" / "tiresias")
+DATA = ROOT / "data" / "reference" / "tiresias"
 REFERENCE = ROOT / "benchmarks" / "reference" / "tiresias"
 RESULTS = ROOT / "benchmarks" / "results" / "validate_research.json"
 TIRESIAS_COMMIT = "959f9b08f44fa1b4f2b3aed79b01e4d439264a94"
@@ -45,11 +45,11 @@ TOLERANCE = 0.02
 
 
 def data_dir(given: Path | None) -> Path:
-    """Where the Tiresias traces are: ``--data``, else the vendored copy, else ../shared/data."""
-    for folder in (given,) if given else DATA_DIRS:
-        if folder is not None and (folder / "60_job.csv").is_file():
-            return folder
-    sys.exit(f"no Tiresias traces (60_job.csv) in {given or ' or '.join(map(str, DATA_DIRS))}")
+    """Where the Tiresias traces are: ``--data``, else the vendored copy (data/reference/tiresias)."""
+    folder = given or DATA
+    if not (folder / "60_job.csv").is_file():
+        sys.exit(f"no Tiresias traces (60_job.csv) in {folder}")
+    return folder
 
 
 def authors_command(python2: str, trace: Path, spec: Path, policy: str, log: Path) -> list[str]:
