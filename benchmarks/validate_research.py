@@ -2,9 +2,10 @@
 
 Cases: the shipped 60-job testbed trace and the derived 480-job stress trace
 (``loadmaster.validation.tiresias.STRESS``) on the shipped clusters ``n32g4``
-(128 GPUs) and ``cluster_spec`` (64 GPUs), under ``fifo`` (placement ``yarn``)
-and ``dlas-gpu``. The authors' outputs (their ``job.csv``) are committed under
-``benchmarks/reference/tiresias/`` with the commands and commit that made them
+(128 GPUs) and ``cluster_spec`` (64 GPUs), under ``fifo`` (placement
+``yarn``), ``dlas-gpu`` and ``dlas`` (1D). The authors' outputs (their
+``job.csv``) are committed under ``benchmarks/reference/tiresias/`` with the
+commands and commit that made them
 (its README). A case passes when loadmaster's average JCT and makespan are
 within 2% of the authors'.
 

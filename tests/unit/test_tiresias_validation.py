@@ -15,7 +15,7 @@ REFERENCE = Path(__file__).resolve().parents[2] / "benchmarks" / "reference" / "
 
 def test_shipped_trace_matches_exactly() -> None:
     trace, spec = shared_data("tiresias/60_job.csv"), shared_data("tiresias/n32g4.csv")
-    for policy in ("fifo", "dlas-gpu"):
+    for policy in ("fifo", "dlas-gpu", "dlas"):
         assert replay(trace, spec, policy) == reference(REFERENCE / "60_job" / f"{policy}-n32g4.csv")
 
 
@@ -23,8 +23,10 @@ def test_stress_trace(tmp_path: Path) -> None:
     stress = tmp_path / "480_job_stress.csv"
     derive_stress(shared_data("tiresias/60_job.csv"), stress)
     spec = shared_data("tiresias/cluster_spec.csv")
-    # FIFO with yarn placement queues hard here (average JCT 12,288 s against 178 s unqueued): exact.
+    # FIFO with yarn placement queues hard here (average JCT 12,288 s against 178 s unqueued), and
+    # 1D LAS preempts 68 times: both exact, preemptions included.
     assert replay(stress, spec, "fifo") == reference(REFERENCE / "480_job_stress" / "fifo-cluster_spec.csv")
+    assert replay(stress, spec, "dlas") == reference(REFERENCE / "480_job_stress" / "dlas-cluster_spec.csv")
     ours = replay(stress, shared_data("tiresias/n32g4.csv"), "dlas-gpu")
     theirs = reference(REFERENCE / "480_job_stress" / "dlas-gpu-n32g4.csv")
     assert ours.preemptions > 0 and theirs.preemptions > 0

@@ -15,6 +15,9 @@ num_cpu_p_node,mem_p_node``) and runs one scheduler. Two are reproduced:
   (not placed: that function ignores ``--scheme``). In loadmaster: ``las`` +
   ``gang`` + ``las-preempt``, with ``SimOptions.resume_preempted``; one-GPU
   tasks may go on any node, which is what counting allows.
+* ``dlas`` (``dlas_sim_jobs(gputime=False)``): the same by attained seconds
+  (1D LAS, the same limits in seconds). In loadmaster: ``las-time`` +
+  ``las-count`` + ``gang`` + ``las-preempt`` with ``gpu_time: false``.
 
 Each job of ``num_gpu`` GPUs is a gang of ``num_gpu`` one-GPU tasks. Average JCT
 is the mean of end - submit; makespan is the last end less the first submit.
@@ -38,7 +41,7 @@ from loadmaster.traces import read_trace
 SPEC_FIELDS = ("num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_node", "mem_p_node")
 """Columns of a Tiresias cluster spec (``parse_cluster_spec``)."""
 
-POLICIES = ("fifo", "dlas-gpu")
+POLICIES = ("fifo", "dlas-gpu", "dlas")
 """The authors' schedulers reproduced here, by their ``--schedule`` names."""
 
 
@@ -103,6 +106,11 @@ def profile(policy: str) -> Profile:
         specs = [PluginSpec("las", {"tiresias_wake": True})]
         specs += [PluginSpec(n, {}) for n in ("las-count", "gang", "las-preempt")]
         return build_profile("tiresias-dlas-gpu", ["admit", "allocate", "preempt"], specs, source="tiresias")
+    if policy == "dlas":
+        by_time = {"gpu_time": False}
+        specs = [PluginSpec("las-time", {"tiresias_wake": True}), PluginSpec("las-count", by_time)]
+        specs += [PluginSpec("gang", {}), PluginSpec("las-preempt", by_time)]
+        return build_profile("tiresias-dlas", ["admit", "allocate", "preempt"], specs, source="tiresias")
     raise ModelError(f"unknown Tiresias policy {policy!r}; allowed: {', '.join(POLICIES)}")
 
 
@@ -127,7 +135,7 @@ def outcome(submit: Sequence[float], end: Sequence[float], preemptions: int) -> 
 def replay(trace: Path, spec: Path, policy: str) -> Outcome:
     """Run ``policy`` on ``trace`` and the cluster of ``spec`` through loadmaster's simulator."""
     jobs = read_jobs(trace)
-    options = SimOptions(resume_preempted=policy == "dlas-gpu")
+    options = SimOptions(resume_preempted=policy != "fifo")
     table = simulate(cluster(spec), Scheduler(profile(policy)), jobs, options).jobs
     return outcome(list(table.submit_s), list(table.end_s), int(table.preemptions.sum()))
 
