@@ -233,17 +233,14 @@ def test_las_count_serves_by_priority_from_the_gpu_count() -> None:
     assert [v.job.id for v in victims] == ["old"]
 
 
-@pytest.mark.parametrize(
-    ("tiresias", "wake"), [(False, 1000.0 + 2250.0 / 4), (True, 1000.0 + math.ceil(2250.0 / 4))]
-)
+@pytest.mark.parametrize(("tiresias", "wake"), [(False, 1562.5), (True, 1750.0)])
 def test_wake_exact_or_as_tiresias(tiresias: bool, wake: float) -> None:
     cluster = a_cluster().nodes(1, gpus=4).build()
     job = a_job("r").tasks(4).min_available(4)
     snapshot = a_snapshot(cluster).running(job, "n0", since=750.0).build()
     # At 1,000 s: 250 s x 4 GPUs = 1,000 GPU-s. Exact crossing of 3,250: 562.5 s later. Tiresias'
-    # jump: ceil((3,250 - 250 s) / 4) = 750 s later (seconds taken from GPU-seconds: late).
-    got = Las(LasArgs(tiresias_wake=tiresias)).wake_s(snapshot, 1000.0)
-    assert got == (wake if not tiresias else 1000.0 + math.ceil((3250.0 - 250.0) / 4))
+    # jump: (3,250 - 250 s) // 4 = 750 s later (seconds taken from GPU-seconds: late).
+    assert Las(LasArgs(tiresias_wake=tiresias)).wake_s(snapshot, 1000.0) == wake
 
 
 class _Times(Scheduler):

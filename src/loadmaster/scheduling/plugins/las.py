@@ -55,7 +55,8 @@ class LasArgs:
     attained (starvation promotion); 0: never."""
     tiresias_wake: bool = False
     """Ask for the next cycle when Tiresias' simulator makes its "job jump" event:
-    ``ceil((threshold - attained seconds) / GPUs)`` after now, a formula that subtracts seconds from
+    ``(threshold - attained seconds) / GPUs`` after now, in Python 2's integer division (its
+    ``math.ceil`` of an int quotient rounds nothing), a formula that subtracts seconds from
     GPU-seconds, so it sees a demotion late unless another event comes first. Only for reproducing
     its numbers; False: at the exact crossing."""
 
@@ -154,7 +155,7 @@ class Las(OrderPlugin):
                 rate = _weight(running.job, self.by_gpus)
                 if self.settings.tiresias_wake:
                     seconds = attained / rate
-                    wake = min(wake, now + math.ceil((self.settings.thresholds[nxt] - seconds) / rate))
+                    wake = min(wake, now + (self.settings.thresholds[nxt] - seconds) // rate)
                 else:
                     wake = min(wake, now + (self.settings.thresholds[nxt] - attained) / rate)
         if self.settings.promote_knob > 0:
