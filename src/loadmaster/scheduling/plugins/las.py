@@ -85,6 +85,14 @@ class Las(OrderPlugin):
         super().__init__(args)
         self.settings: LasArgs = args or LasArgs()
         self._entered: dict[str, tuple[int, float]] = {}
+        self._clock = -math.inf
+
+    def observe(self, now: float) -> None:
+        """Forget what was remembered of another run: simulated time went backwards (a profile
+        reused for a new run). One instance serves one run at a time."""
+        if now < self._clock:
+            self._entered.clear()
+        self._clock = now
 
     def attained(
         self, job: Job, snapshot: ClusterSnapshot, now: float, running: RunningJob | None = None
@@ -142,6 +150,7 @@ class Las(OrderPlugin):
         return running.start_s + max(threshold - prior, 0.0)
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
+        self.observe(ctx.now)
         queue = self.queue_of(job, ctx.snapshot, ctx.now)
         return (queue, self.entered_s(job, queue, ctx.snapshot), job.submit_s, job.id)
 
@@ -318,6 +327,9 @@ class LasCount(AdmitPlugin):
         if isinstance(cached, frozenset):
             return cached
         snapshot, now, las = ctx.snapshot, ctx.now, self.las
+        if now < self._last_cycle_s:
+            self._last_cycle_s = -math.inf  # a new run (see Las.observe)
+        las.observe(now)
         ranked: list[tuple[int, int, float, float, str, float]] = []
         for r in snapshot.running:
             queue = las.queue_of(r.job, snapshot, now, r)
