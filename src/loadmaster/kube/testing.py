@@ -10,17 +10,36 @@ port, with the semantics the scheduler relies on:
   real API server sends; watches asked with ``allowWatchBookmarks`` get a
   BOOKMARK after every write (the real server sends them about once a
   minute; here they let a test wait until a watcher has caught up);
-* ``pods/binding`` (409 when the pod is already bound, 404 for an unknown
-  pod or node), ``pods/eviction`` (deletes the pod), pod and PodGroup
-  ``status`` patches, deletes, events, and Leases with optimistic
+* ``pods/binding`` (409 when the pod is already bound or being deleted,
+  404 for an unknown pod; a Binding onto a node that does not exist is
+  accepted, as kube-apiserver does), ``pods/eviction`` (429 when a
+  PodDisruptionBudget allows no disruption; else a graceful delete), pod and
+  PodGroup ``status`` patches, deletes, events, and Leases with optimistic
   concurrency (409 when ``metadata.resourceVersion`` is stale);
+* graceful deletion of pods (eviction, or ``DELETE`` without
+  ``gracePeriodSeconds: 0``): a pod bound to a node stays, Terminating, with
+  ``metadata.deletionTimestamp`` and ``deletionGracePeriodSeconds``, until
+  the grace period has passed on the double's ``clock`` (the kubelet's part:
+  see :meth:`KubeApiDouble.reap`); an unbound pod goes at once;
 * every request body of a built-in kind is validated against the Kubernetes
   OpenAPI schema shipped by ``kubernetes-validate`` (strict: unknown fields
   are errors); a bad body is answered 422 and counted in ``invalid``.
   PodGroups (a CRD) have no schema there and are only checked for shape.
 
 Fault hooks: :meth:`drop_watches`, :meth:`compact` (the next watch from an
-old version gets 410), :meth:`conflict_next_binds`, :meth:`unavailable_for`.
+old version gets 410), :meth:`conflict_next_binds`, :meth:`unavailable_for`,
+:meth:`fail_next` (the next requests answer 500), and ``latency_s`` (every
+request waits that long before it is served, as a remote API server would).
+
+Checked against kube-apiserver (kubernetes/kubernetes):
+``pkg/registry/core/pod/storage/storage.go`` (``BindingREST``: the pod's
+``nodeName`` must be empty and it must not be being deleted; the node is not
+looked up), ``pkg/registry/core/pod/storage/eviction.go`` (a PDB with
+``disruptionsAllowed`` 0 answers 429 TooManyRequests; else the pod is
+deleted with the Eviction's delete options) and
+``pkg/registry/core/pod/strategy.go`` (``CheckGracefulDelete``: the grace
+period defaults to ``spec.terminationGracePeriodSeconds``, 30 s, and is 0
+for a pod not yet scheduled).
 """
 
 from __future__ import annotations
@@ -52,6 +71,7 @@ _BUILTIN = {
     ("v1", "Event"),
     ("v1", "Binding"),
     ("policy/v1", "Eviction"),
+    ("policy/v1", "PodDisruptionBudget"),
     ("coordination.k8s.io/v1", "Lease"),
     ("batch/v1", "Job"),
     ("v1", "Service"),
@@ -73,7 +93,10 @@ _KINDS = {
     "jobs": ("batch/v1", "Job"),
     "services": ("v1", "Service"),
     "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass"),
+    "poddisruptionbudgets": ("policy/v1", "PodDisruptionBudget"),
 }
+DEFAULT_GRACE_S = 30
+"""``spec.terminationGracePeriodSeconds`` when a pod does not set it (the API's default)."""
 
 
 @cache
@@ -142,8 +165,12 @@ class KubeApiDouble:
     for watches to resume from; a watch from before them gets 410 Gone.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time, history: int = 100_000) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.time, history: int = 100_000, latency_s: float = 0.0
+    ) -> None:
         self.clock = clock
+        self.latency_s = latency_s
+        """Every HTTP request waits this long before it is served (a remote API server's round trip)."""
         self.history = history
         self.rv = 1
         self.store: dict[str, dict[str, dict[str, Any]]] = {r: {} for r in _KINDS}
@@ -160,6 +187,7 @@ class KubeApiDouble:
         self.logs: dict[str, str] = {}
         """Pod key -> what ``pods/<name>/log`` answers (a test writes it; there is no kubelet)."""
         self._conflicts = 0
+        self._failures = 0
         self._down_until = 0.0
         self._server: ThreadingHTTPServer | None = None
 
@@ -182,6 +210,19 @@ class KubeApiDouble:
     def conflict_next_binds(self, count: int) -> None:
         """Answer the next ``count`` binds 409 Conflict, as if another scheduler bound the pods."""
         self._conflicts = count
+
+    def fail_next(self, count: int) -> None:
+        """Answer the next ``count`` requests (any verb) 500 InternalError, as an overloaded server may."""
+        with self.lock:
+            self._failures = count
+
+    def take_failure(self) -> bool:
+        """True (and one fewer left) when the request being served must fail (see :meth:`fail_next`)."""
+        with self.lock:
+            if self._failures <= 0:
+                return False
+            self._failures -= 1
+            return True
 
     def unavailable_for(self, seconds: float) -> None:
         """Answer every request 503 for ``seconds`` (wall clock), and drop the watches."""
@@ -268,11 +309,14 @@ class KubeApiDouble:
         if self._conflicts > 0:
             self._conflicts -= 1
             raise ApiStatus(409, "Conflict", f"Operation cannot be fulfilled on pods/binding {name}")
+        if pod["metadata"].get("deletionTimestamp"):
+            raise ApiStatus(409, "Conflict", f"pod {name} is being deleted, cannot be assigned to a host")
         if pod["spec"].get("nodeName"):
             raise ApiStatus(
                 409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']}"
             )
-        self._find("nodes", node)
+        # kube-apiserver does not look the node up (BindingREST.setPodHostAndAnnotations): a pod bound
+        # to a node that does not exist stays Pending until the pod garbage collector removes it.
         pod = copy.deepcopy(pod)
         pod["spec"]["nodeName"] = node
         annotations = (body.get("metadata") or {}).get("annotations") or {}
@@ -285,14 +329,77 @@ class KubeApiDouble:
         self.bindings.append((f"{namespace}/{name}", node))
         return _success(201)
 
-    def delete(self, resource: str, key: str) -> dict[str, Any]:
-        return self._write(resource, "DELETED", copy.deepcopy(self._find(resource, key)))
+    def delete(self, resource: str, key: str, grace_s: int | None = None) -> dict[str, Any]:
+        """``DELETE``: a pod bound to a node is deleted gracefully (Terminating for ``grace_s``,
+        default its ``terminationGracePeriodSeconds``); anything else goes at once."""
+        with self.lock:
+            found = self._find(resource, key)
+            if resource != "pods":
+                return self._write(resource, "DELETED", copy.deepcopy(found))
+            spec = found.get("spec") or {}
+            if grace_s is None:
+                grace_s = int(spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S))
+            phase = (found.get("status") or {}).get("phase")
+            if grace_s <= 0 or not spec.get("nodeName") or phase in {"Succeeded", "Failed"}:
+                return self._write(resource, "DELETED", copy.deepcopy(found))
+            meta = found["metadata"]
+            # Already Terminating: a shorter grace period may only bring the end forward.
+            if meta.get("deletionTimestamp") and grace_s >= int(meta.get("deletionGracePeriodSeconds") or 0):
+                return copy.deepcopy(found)
+            pod = copy.deepcopy(found)
+            pod["metadata"]["deletionTimestamp"] = now_rfc3339(lambda: self.clock() + grace_s)
+            pod["metadata"]["deletionGracePeriodSeconds"] = grace_s
+            return self._write(resource, "MODIFIED", pod)
+
+    def reap(self) -> list[str]:
+        """Remove the Terminating pods whose grace period is over on ``clock`` (the kubelet's part).
+
+        Called before every request is served; a test with a fake clock calls
+        it after moving the clock. Returns the keys removed.
+        """
+        with self.lock:
+            now = self.clock()
+            due = [
+                key
+                for key, pod in self.store["pods"].items()
+                if (stamp := pod["metadata"].get("deletionTimestamp")) and _epoch_s(stamp) <= now
+            ]
+            for key in due:
+                self._write("pods", "DELETED", copy.deepcopy(self.store["pods"][key]))
+            return due
 
     def evict(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST pods/<name>/eviction``: no PodDisruptionBudget here, so the pod goes at once."""
+        """``POST pods/<name>/eviction``: 429 if a PodDisruptionBudget forbids it, else delete gracefully."""
         self._check(body)
-        self.delete("pods", f"{namespace}/{name}")
+        key = f"{namespace}/{name}"
+        pod = self._find("pods", key)
+        if (pod.get("status") or {}).get("phase") not in {"Succeeded", "Failed"}:
+            self._take_disruption(pod)
+        grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
+        self.delete("pods", key, None if grace is None else int(grace))
         return _success(201)
+
+    def _take_disruption(self, pod: Mapping[str, Any]) -> None:
+        """Check and decrement the one PDB selecting ``pod`` (as ``EvictionREST.checkAndDecrement``)."""
+        labels = pod["metadata"].get("labels") or {}
+        namespace = pod["metadata"].get("namespace")
+        budgets = [
+            b
+            for b in self.store["poddisruptionbudgets"].values()
+            if b["metadata"].get("namespace") == namespace and _selects(b, labels)
+        ]
+        if len(budgets) > 1:
+            raise ApiStatus(500, "InternalError", "This pod has more than one PodDisruptionBudget")
+        if not budgets:
+            return
+        budget = copy.deepcopy(budgets[0])
+        status = budget.setdefault("status", {})
+        if int(status.get("disruptionsAllowed", 0)) <= 0:
+            raise ApiStatus(
+                429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget."
+            )
+        status["disruptionsAllowed"] = int(status["disruptionsAllowed"]) - 1
+        self._write("poddisruptionbudgets", "MODIFIED", budget)
 
     def patch(self, resource: str, key: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A merge patch (conditions merged by type, as strategic merge does); the result is validated."""
@@ -420,7 +527,8 @@ class KubeApiDouble:
             if method == "PUT":
                 return 200, self.replace(resource, key, body)
             if method == "DELETE":
-                return 200, self.delete(resource, key)
+                grace = query.get("gracePeriodSeconds", (body or {}).get("gracePeriodSeconds"))
+                return 200, self.delete(resource, key, None if grace is None else int(grace))
         raise ApiStatus(405, "MethodNotAllowed", f"{method} {path}")
 
 
@@ -452,9 +560,14 @@ class _Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if self.api.latency_s > 0:
+            time.sleep(self.api.latency_s)
         try:
+            self.api.reap()
             if self.api.down():
                 raise ApiStatus(503, "ServiceUnavailable", "the API double is unavailable (fault injected)")
+            if self.api.take_failure():
+                raise ApiStatus(500, "InternalError", "the API double failed this request (fault injected)")
             if self.command == "GET" and query.get("watch") in {"true", "1"}:
                 self._watch(url.path, query)
                 return
@@ -498,6 +611,16 @@ def _key(obj: Mapping[str, Any]) -> str:
 def _bookmark(resource: str, rv: int) -> dict[str, Any]:
     api_version, kind = _KINDS[resource]
     return {"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": str(rv)}}
+
+
+def _epoch_s(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _selects(budget: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A PDB's ``spec.selector.matchLabels`` against pod labels (an empty selector matches nothing)."""
+    wanted = ((budget.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
 
 
 def _success(code: int) -> dict[str, Any]:
