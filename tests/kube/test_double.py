@@ -143,8 +143,13 @@ def test_delete_holds_the_lock(clock: Clock) -> None:
     api = KubeApiDouble(clock=clock)
     api.create("nodes", a_node("n0"))
     released = threading.Event()
+
+    def delete() -> None:
+        api.delete("nodes", "n0")
+        released.set()
+
     with api.lock:
-        worker = threading.Thread(target=lambda: (api.delete("nodes", "n0"), released.set()))
+        worker = threading.Thread(target=delete)
         worker.start()
         assert not released.wait(0.1)  # blocked until the holder lets go
         assert api.get("nodes", "n0") is not None
