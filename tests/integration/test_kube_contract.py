@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ def a_cluster(
 ) -> KubeCluster:
     client = api_client(host=api.url)  # type: ignore[attr-defined]
     clock = clock or FakeClock()
-    lease = LeaderElector(client, identity, clock=clock)
+    lease = LeaderElector(client, identity, clock=clock, monotonic=clock)
     cluster = KubeCluster(client, Scheduler(load_profiles()[profile]), identity, lease=lease, clock=clock)
     cluster.start()
     wait_synced(cluster, api.rv)
@@ -102,24 +103,17 @@ def test_gang_is_bound_whole_and_reasons_reach_the_pod(api: KubeApiDouble) -> No
     cluster.stop()
 
 
-def test_a_bind_conflict_rolls_the_whole_gang_back(api: KubeApiDouble) -> None:
-    gangs(api)
+def test_a_failed_bind_is_retried_while_the_gang_holds_its_room(api: KubeApiDouble) -> None:
+    gangs(api, nodes=2)  # the gang fills both nodes
     cluster = a_cluster(api)
-    api.conflict_next_binds(0)
-    original = cluster._bind_pod
-    calls = []
-
-    def conflict_third(key: str, node: str, gpus: str) -> bool:
-        calls.append(key)
-        if len(calls) == 3:
-            api.conflict_next_binds(1)
-        return original(key, node, gpus)
-
-    cluster._bind_pod = conflict_third  # type: ignore[method-assign]
-    report = cluster.step()
-    assert report.rolled_back == ["team-a/g"]
+    api.conflict_next_binds(1)
+    first = cluster.step()
+    assert len(first.bound) == 3 and len(first.failed_binds) == 1 and first.rolled_back == []
+    api.create("pods", a_pod("intruder", 4))  # must not take the failed pod's room meanwhile
+    second = step_synced(api, cluster)
+    assert second.bound == [(first.failed_binds[0], dict(first.planned_binds)[first.failed_binds[0]])]
+    assert len(api.bindings) == 4 and "team-a/intruder" in second.waiting
     assert_safe(api)
-    assert not any(p["spec"].get("nodeName") for p in api.objects("pods"))
     cluster.stop()
 
 
@@ -159,10 +153,14 @@ def test_a_scheduler_killed_mid_gang_is_completed_by_its_successor(api: KubeApiD
     gangs(api)
     first = a_cluster(api, "a")
     original = first._bind_pod
+    calls: list[str] = []
+    lock = threading.Lock()
 
-    def die_after_two(key: str, node: str, gpus: str) -> bool:
-        if len(api.bindings) == 2:
-            raise Killed
+    def die_after_two(key: str, node: str, gpus: str) -> str:
+        with lock:
+            calls.append(key)
+            if len(calls) > 2:
+                raise Killed
         return original(key, node, gpus)
 
     first._bind_pod = die_after_two  # type: ignore[method-assign]

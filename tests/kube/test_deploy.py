@@ -123,25 +123,27 @@ def a_rollback_and_a_preemption(api: KubeApiDouble) -> None:
     """On its own double: the CLI's replica holds the Lease of the first."""
     client = api_client(host=api.serve())
     lease = LeaderElector(client, "a", namespace="loadmaster")
-    cluster = KubeCluster(client, Scheduler(load_profiles()["priority"]), "a", lease=lease)
+    cluster = KubeCluster(client, Scheduler(load_profiles()["priority"]), "a", lease=lease, gang_timeout_s=0)
     cluster.start()
     api.create("nodes", a_node("p0"))
     api.create("podgroups", a_pod_group("rb", 2, namespace="team-b"))
     for i in range(2):
-        api.create("pods", a_pod(f"rb-{i}", 4, "rb", namespace="team-b"))
+        pod = a_pod(f"rb-{i}", 4, "rb", namespace="team-b")
+        pod["metadata"]["ownerReferences"] = [  # a controller recreates them: released by deletion
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "rb", "uid": "u1", "controller": True}
+        ]
+        api.create("pods", pod)
     wait_synced(cluster, api.rv)
-    original = cluster._bind_pod
-    calls: list[str] = []
-
-    def conflict_second(key: str, node: str, gpus: str) -> bool:
-        calls.append(key)
-        if len(calls) == 2:
-            api.conflict_next_binds(1)
-        return original(key, node, gpus)
-
-    cluster._bind_pod = conflict_second  # type: ignore[method-assign]
-    assert cluster.step().rolled_back
-    cluster._bind_pod = original  # type: ignore[method-assign]
+    api.conflict_next_binds(1)  # one bind fails: the gang is short of minMember at its (zero) timeout
+    cluster.step()
+    for _ in range(3):
+        wait_synced(cluster, api.rv)
+        if cluster.step().rolled_back and api.requests.get(("delete", "pods")):
+            break
+    assert api.requests.get(("delete", "pods")) and api.requests.get(("patch", "podgroups"))
+    api.reap()
+    for pod in api.objects("pods"):
+        api.delete("pods", f"team-b/{pod['metadata']['name']}", 0)
     api.create("pods", a_pod("low", 8, namespace="team-b"))
     wait_synced(cluster, api.rv)
     cluster.step()

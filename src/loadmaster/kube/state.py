@@ -121,6 +121,8 @@ class KubeState:
         for pod in sorted(self.objects["pods"].values(), key=tr.key_of):
             free.count_pod(pod, index)
             if not tr.is_active(pod):
+                if holds_resources(pod) and (node := tr.node_name_of(pod)) in index:
+                    free.take_pod(pod, index[node])  # Terminating: its containers may still run
                 continue
             if tr.is_ours(pod, self.scheduler_names):
                 groups[tr.job_id_of(pod)].append(pod)
@@ -175,6 +177,17 @@ class KubeState:
         else:
             start = min(tr.timestamp_s(p.get("status", {}).get("startTime")) for p in bound)
             running.append(RunningJob(job, placements, start or job.submit_s))
+
+
+def holds_resources(pod: tr.Obj) -> bool:
+    """True for a pod bound to a node and not finished, Terminating included.
+
+    A pod with a ``deletionTimestamp`` keeps its GPUs until the kubelet has
+    stopped its containers and the API server has removed it (up to its grace
+    period): counting it as free would let two pods share a GPU meanwhile.
+    """
+    phase = pod.get("status", {}).get("phase", "Pending")
+    return tr.node_name_of(pod) is not None and phase not in {"Succeeded", "Failed"}
 
 
 class _Free:
