@@ -303,31 +303,32 @@ class KubeApiDouble:
     # ------------------------------------------------------------- semantics
     def bind(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """``POST pods/<name>/binding``."""
-        self._check(body)
-        pod = self._find("pods", f"{namespace}/{name}")
-        node = body["target"]["name"]
-        if self._conflicts > 0:
-            self._conflicts -= 1
-            raise ApiStatus(409, "Conflict", f"Operation cannot be fulfilled on pods/binding {name}")
-        if pod["metadata"].get("deletionTimestamp"):
-            raise ApiStatus(409, "Conflict", f"pod {name} is being deleted, cannot be assigned to a host")
-        if pod["spec"].get("nodeName"):
-            raise ApiStatus(
-                409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']}"
-            )
-        # kube-apiserver does not look the node up (BindingREST.setPodHostAndAnnotations): a pod bound
-        # to a node that does not exist stays Pending until the pod garbage collector removes it.
-        pod = copy.deepcopy(pod)
-        pod["spec"]["nodeName"] = node
-        annotations = (body.get("metadata") or {}).get("annotations") or {}
-        if annotations:  # the API server copies a Binding's annotations onto the pod
-            pod["metadata"].setdefault("annotations", {}).update(annotations)
-        pod["status"]["phase"] = "Running"
-        pod["status"]["startTime"] = now_rfc3339(self.clock)
-        _set_condition(pod, {"type": "PodScheduled", "status": "True"})
-        self._write("pods", "MODIFIED", pod)
-        self.bindings.append((f"{namespace}/{name}", node))
-        return _success(201)
+        with self.lock:  # the HTTP handler holds it already; direct callers (tests) too
+            self._check(body)
+            pod = self._find("pods", f"{namespace}/{name}")
+            node = body["target"]["name"]
+            if self._conflicts > 0:
+                self._conflicts -= 1
+                raise ApiStatus(409, "Conflict", f"Operation cannot be fulfilled on pods/binding {name}")
+            if pod["metadata"].get("deletionTimestamp"):
+                raise ApiStatus(409, "Conflict", f"pod {name} is being deleted, cannot be assigned to a host")
+            if pod["spec"].get("nodeName"):
+                raise ApiStatus(
+                    409, "Conflict", f"pod {name} is already assigned to node {pod['spec']['nodeName']}"
+                )
+            # kube-apiserver does not look the node up (BindingREST.setPodHostAndAnnotations): a pod bound
+            # to a node that does not exist stays Pending until the pod garbage collector removes it.
+            pod = copy.deepcopy(pod)
+            pod["spec"]["nodeName"] = node
+            annotations = (body.get("metadata") or {}).get("annotations") or {}
+            if annotations:  # the API server copies a Binding's annotations onto the pod
+                pod["metadata"].setdefault("annotations", {}).update(annotations)
+            pod["status"]["phase"] = "Running"
+            pod["status"]["startTime"] = now_rfc3339(self.clock)
+            _set_condition(pod, {"type": "PodScheduled", "status": "True"})
+            self._write("pods", "MODIFIED", pod)
+            self.bindings.append((f"{namespace}/{name}", node))
+            return _success(201)
 
     def delete(self, resource: str, key: str, grace_s: int | None = None) -> dict[str, Any]:
         """``DELETE``: a pod bound to a node is deleted gracefully (Terminating for ``grace_s``,
@@ -370,14 +371,15 @@ class KubeApiDouble:
 
     def evict(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """``POST pods/<name>/eviction``: 429 if a PodDisruptionBudget forbids it, else delete gracefully."""
-        self._check(body)
-        key = f"{namespace}/{name}"
-        pod = self._find("pods", key)
-        if (pod.get("status") or {}).get("phase") not in {"Succeeded", "Failed"}:
-            self._take_disruption(pod)
-        grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
-        self.delete("pods", key, None if grace is None else int(grace))
-        return _success(201)
+        with self.lock:  # the HTTP handler holds it already; direct callers (tests) too
+            self._check(body)
+            key = f"{namespace}/{name}"
+            pod = self._find("pods", key)
+            if (pod.get("status") or {}).get("phase") not in {"Succeeded", "Failed"}:
+                self._take_disruption(pod)
+            grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
+            self.delete("pods", key, None if grace is None else int(grace))
+            return _success(201)
 
     def _take_disruption(self, pod: Mapping[str, Any]) -> None:
         """Check and decrement the one PDB selecting ``pod`` (as ``EvictionREST.checkAndDecrement``)."""
@@ -403,20 +405,22 @@ class KubeApiDouble:
 
     def patch(self, resource: str, key: str, patch: dict[str, Any]) -> dict[str, Any]:
         """A merge patch (conditions merged by type, as strategic merge does); the result is validated."""
-        obj = copy.deepcopy(self._find(resource, key))
-        _merge(obj, patch)
-        self._check(obj)
-        return self._write(resource, "MODIFIED", obj)
+        with self.lock:  # the HTTP handler holds it already; direct callers (tests) too
+            obj = copy.deepcopy(self._find(resource, key))
+            _merge(obj, patch)
+            self._check(obj)
+            return self._write(resource, "MODIFIED", obj)
 
     def replace(self, resource: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
         """``PUT``: 409 unless ``metadata.resourceVersion`` is the stored one (optimistic concurrency)."""
-        self._check(body)
-        current = self._find(resource, key)
-        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise ApiStatus(
-                409, "Conflict", f"the object {key} has been modified; apply to the latest version"
-            )
-        return self._write(resource, "MODIFIED", copy.deepcopy(body))
+        with self.lock:  # the HTTP handler holds it already; direct callers (tests) too
+            self._check(body)
+            current = self._find(resource, key)
+            if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                raise ApiStatus(
+                    409, "Conflict", f"the object {key} has been modified; apply to the latest version"
+                )
+            return self._write(resource, "MODIFIED", copy.deepcopy(body))
 
     # ------------------------------------------------------------ list/watch
     def list_objects(self, resource: str, namespace: str | None, selector: str = "") -> dict[str, Any]:
