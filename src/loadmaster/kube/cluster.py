@@ -401,8 +401,10 @@ class KubeCluster:
         )
         try:
             # Raw answer: the server returns a Status, which the typed client cannot decode as a Binding.
-            self.core.create_namespaced_pod_binding(
-                name, namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+            _release(
+                self.core.create_namespaced_pod_binding(
+                    name, namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+                )
             )
         except ApiFailure as exc:
             self.stats.add("bind_failures")
@@ -453,8 +455,10 @@ class KubeCluster:
             metadata=client.V1ObjectMeta(name=name, namespace=namespace),
         )
         try:
-            self.core.create_namespaced_pod_eviction(
-                name, namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+            _release(
+                self.core.create_namespaced_pod_eviction(
+                    name, namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
+                )
             )
         except ApiFailure as exc:  # still running (429: its disruption budget): decided again next cycle
             self.stats.add("eviction_failures")
@@ -680,6 +684,12 @@ class KubeCluster:
         status = getattr(exc, "status", None)
         text = f"{status} {getattr(exc, 'reason', '')}" if isinstance(exc, ApiException) else str(exc)[:200]
         log.warning("%s failed: %s", what, text, extra={"action": what, "status": status})
+
+
+def _release(response: Any) -> None:
+    """Read a raw answer and hand its connection back to the pool (else each call opens a new one)."""
+    _ = response.data
+    response.release_conn()
 
 
 def _with_node(pod: tr.Obj, node: str | None, gpus: str | None) -> dict[str, Any]:

@@ -186,6 +186,8 @@ class KubeApiDouble:
         """(RBAC verb, resource[/subresource]) -> how many requests: what a Role must allow."""
         self.logs: dict[str, str] = {}
         """Pod key -> what ``pods/<name>/log`` answers (a test writes it; there is no kubelet)."""
+        self._terminating: dict[str, float] = {}
+        """Pod key -> when its grace period ends (epoch seconds): what :meth:`reap` looks at."""
         self._conflicts = 0
         self._failures = 0
         self._down_until = 0.0
@@ -280,6 +282,12 @@ class KubeApiDouble:
             self.store[resource].pop(key, None)
         else:
             self.store[resource][key] = obj
+        if resource == "pods":
+            stamp = obj["metadata"].get("deletionTimestamp")
+            if stamp and event != "DELETED":
+                self._terminating[key] = _epoch_s(stamp)
+            else:
+                self._terminating.pop(key, None)
         self.log.append((self.rv, resource, event, obj))
         if len(self.log) > self.history:
             del self.log[: len(self.log) - self.history]
@@ -359,12 +367,10 @@ class KubeApiDouble:
         it after moving the clock. Returns the keys removed.
         """
         with self.lock:
+            if not self._terminating:
+                return []
             now = self.clock()
-            due = [
-                key
-                for key, pod in self.store["pods"].items()
-                if (stamp := pod["metadata"].get("deletionTimestamp")) and _epoch_s(stamp) <= now
-            ]
+            due = [key for key, end in self._terminating.items() if end <= now]
             for key in due:
                 self._write("pods", "DELETED", copy.deepcopy(self.store["pods"][key]))
             return due
@@ -546,6 +552,9 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     api: KubeApiDouble
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    """TCP_NODELAY, as Go's net package sets on every connection kube-apiserver accepts: without it a
+    kept-alive connection waits ~40 ms (Nagle + delayed ACK) between a response's header and body."""
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: tests and benchmarks make thousands of requests."""
