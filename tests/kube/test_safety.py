@@ -313,3 +313,21 @@ def _eventually(check: Any, timeout_s: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return False
+
+
+def test_a_failed_bind_is_not_retried_onto_room_another_scheduler_took(
+    api: KubeApiDouble, clusters: list[KubeCluster], clock: Clock
+) -> None:
+    api.create("nodes", a_node("n0"))
+    api.create("pods", a_pod("mine", 4))
+    cluster = replica(api, clusters, clock, "a", profile="binpack")
+    api.conflict_next_binds(1)
+    assert cluster.step().failed_binds == ["team-a/mine"]
+    foreign = a_pod("foreign", 6)
+    foreign["spec"]["schedulerName"] = "default-scheduler"
+    foreign["spec"]["nodeName"] = "n0"
+    api.create("pods", foreign)
+    wait_synced(cluster, api.rv)
+    again = cluster.step()
+    assert again.bound == [] and gpus_in_use(api) == {"n0": 6}
+    assert "team-a/mine" in again.waiting  # decided afresh: it no longer fits

@@ -233,6 +233,11 @@ class KubeCluster:
             return StepReport(leader=False)
         report = StepReport(leader=True)
         self._settle()
+        distrust = None if dry_run else self._cache_trusted()
+        if distrust is not None:
+            log.warning("not scheduling this step: %s", distrust)
+            report.waiting["*"] = f"the scheduler's cache may be stale: {distrust}"
+            return report
         if not dry_run:
             self._finish_rollbacks(report)
             self._retry_binds(report)
@@ -262,12 +267,33 @@ class KubeCluster:
     def _lead(self) -> bool:
         """True when this replica holds the lease now (renewing it here unless a thread does)."""
         leading = self.lease.holds_now() if self.lease.background else self.lease.acquire_or_renew()
+        if leading and not self._was_leader:
+            leading = self._fresh_list()
         if leading != self._was_leader:
             self._was_leader = leading
             self.stats.emit("leader", float(leading))
             if not leading:  # the new leader decides afresh: binds not accepted by the API are void
                 self.assumed = {k: a for k, a in self.assumed.items() if a.accepted}
         return leading
+
+    def _fresh_list(self) -> bool:
+        """On becoming leader: list every kind afresh (a consistent read), so that the binds the last
+        leader made before its renew deadline are in the cache before this replica decides anything."""
+        try:
+            self.list_now()
+        except Exception as exc:  # any failure: stay a follower this step, try again next step
+            self._api_error("list on becoming leader", exc)
+            return False
+        return True
+
+    def _cache_trusted(self) -> str | None:
+        """Why the cache may be missing changes (an informer never listed, or failing now); None if fine."""
+        for informer in self.informers.values():
+            if informer.version == 0:
+                return f"{informer.kind} not listed (or re-listing after 410 Gone)"
+            if informer.failures_in_a_row > 0:
+                return f"{informer.kind} informer reconnecting after {informer.failures_in_a_row} errors"
+        return None
 
     def _reject(self, job: Job, table: NodeTable) -> str | None:
         verdict = self.scheduler.feasible(job, table)
@@ -358,6 +384,11 @@ class KubeCluster:
             and (pod := pods.get(key)) is not None
             and tr.node_name_of(pod) is None
         ]
+        broken = _overfull_nodes(self.state, self.assumed)
+        for key, node, _ in [w for w in work if w[1] in broken]:
+            log.warning("bind of %s to %s dropped: the node filled up meanwhile", key, node)
+            del self.assumed[key]
+        work = [w for w in work if w[1] not in broken]
         if work:
             log.info("retrying %d binds whose reservation still holds", len(work))
         self._send_binds(work, report)
@@ -684,6 +715,31 @@ class KubeCluster:
         status = getattr(exc, "status", None)
         text = f"{status} {getattr(exc, 'reason', '')}" if isinstance(exc, ApiException) else str(exc)[:200]
         log.warning("%s failed: %s", what, text, extra={"action": what, "status": status})
+
+
+def _overfull_nodes(state: KubeState, assumed: Mapping[str, _Assumed]) -> set[str]:
+    """Nodes whose GPUs, CPU or memory the bound pods (Terminating and foreign included) plus the
+    assumed binds exceed: somebody else took the room a failed bind was holding."""
+    used: dict[str, list[int]] = {}
+    pods = state.objects["pods"]
+    for key, pod in pods.items():
+        node = tr.node_name_of(pod) or (assumed[key].node if key in assumed else None)
+        if node is None or pod.get("status", {}).get("phase") in {"Succeeded", "Failed"}:
+            continue
+        request = tr.pod_request(pod)
+        total = used.setdefault(node, [0, 0, 0])
+        total[0] += request.whole_gpus
+        total[1] += request.cpu_milli
+        total[2] += request.memory_mib
+    full = set()
+    for name, (gpus, cpu, memory) in used.items():
+        node_obj = state.objects["nodes"].get(name)
+        if node_obj is None:
+            continue
+        capacity = tr.node_from(node_obj).node
+        if gpus > capacity.gpus or cpu > capacity.cpu_milli or memory > capacity.memory_mib:
+            full.add(name)
+    return full
 
 
 def _release(response: Any) -> None:
