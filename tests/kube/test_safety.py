@@ -331,3 +331,32 @@ def test_a_failed_bind_is_not_retried_onto_room_another_scheduler_took(
     again = cluster.step()
     assert again.bound == [] and gpus_in_use(api) == {"n0": 6}
     assert "team-a/mine" in again.waiting  # decided afresh: it no longer fits
+
+
+def test_a_pod_bound_to_a_deleted_node_does_not_stop_the_scheduler(
+    api: KubeApiDouble, clusters: list[KubeCluster], clock: Clock
+) -> None:
+    """Found by the chaos model: a job whose only pod sat on a deleted node made step() raise."""
+    for name in ("n0", "n1"):
+        api.create("nodes", a_node(name))
+    api.create("pods", a_pod("orphan", 1))
+    cluster = replica(api, clusters, clock, "a")
+    assert cluster.step().bound == [("team-a/orphan", "n0")]
+    api.delete("nodes", "n0")
+    wait_synced(cluster, api.rv)
+    assert cluster.step().bound == []
+
+
+def test_a_gang_short_of_pods_still_holds_what_its_bound_members_use(
+    api: KubeApiDouble, clusters: list[KubeCluster], clock: Clock
+) -> None:
+    """Found by the chaos model: a gang that lost a member stopped counting its bound ones (9 GPUs on 8)."""
+    api.create("nodes", a_node("n0"))
+    gang(api, "g", 3, 2)
+    cluster = replica(api, clusters, clock, "a", profile="binpack")
+    assert len(cluster.step().bound) == 3
+    api.delete("pods", "team-a/g-0", 0)  # the gang is now 2 of minMember 3
+    api.create("pods", a_pod("big", 6))
+    wait_synced(cluster, api.rv)
+    report = cluster.step()
+    assert report.bound == [] and gpus_in_use(api) == {"n0": 4}

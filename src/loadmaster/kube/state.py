@@ -156,6 +156,11 @@ class KubeState:
         group_name = tr.pod_group_of(pods[0])
         group = self.objects["podgroups"].get(job_id) if group_name else None
         min_member = int(group.get("spec", {}).get("minMember", 1)) if group else 1
+        # A pod bound to a node that no longer exists holds nothing here and waits for the pod
+        # garbage collector: it is not part of the job (else a job could have no pod at all).
+        pods = [p for p in pods if tr.node_name_of(p) is None or tr.node_name_of(p) in index]
+        if not pods:
+            return
         bound = [p for p in pods if tr.node_name_of(p) in index]
         unbound = [p for p in pods if tr.node_name_of(p) is None]
         if group_name and group is None:
