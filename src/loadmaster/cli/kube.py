@@ -98,7 +98,7 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
 ) -> None:
     """Watch pods naming loadmaster, nodes and PodGroups; bind, evict and explain every INTERVAL s."""
     cluster = _cluster(kubeconfig, profile, profiles_file, queues, lease_namespace, scheduler_name)
-    cluster.start()
+    cluster.start(renew_in_background=True)
     try:
         deadline = time.monotonic() + 60
         while not cluster.listed():

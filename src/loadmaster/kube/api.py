@@ -163,6 +163,7 @@ class Informer:
             _preload_content=False,
             _request_timeout=(REQUEST_TIMEOUT_S, 330),
         )
+        self.failures_in_a_row = 0  # the server answered the watch: from here on no change is missed
         try:
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                 if self._stop.is_set():

@@ -181,9 +181,12 @@ class KubeCluster:
         self._reasons: dict[str, str] = {}
         self._was_leader = False
 
-    def start(self) -> None:
+    def start(self, renew_in_background: bool = False) -> None:
+        """Start the informers and, with ``renew_in_background``, the Lease renewal thread."""
         for informer in self.informers.values():
             informer.start()
+        if renew_in_background:
+            self.lease.start()
 
     def stop(self) -> None:
         for informer in self.informers.values():
@@ -266,7 +269,10 @@ class KubeCluster:
 
     def _lead(self) -> bool:
         """True when this replica holds the lease now (renewing it here unless a thread does)."""
-        leading = self.lease.holds_now() if self.lease.background else self.lease.acquire_or_renew()
+        # With a renewal thread, the cycle only checks; it tries itself only when not leading (so a
+        # fresh replica need not wait a retry period for its first try).
+        leading = self.lease.holds_now() if self.lease.background else False
+        leading = leading or self.lease.acquire_or_renew()
         if leading and not self._was_leader:
             leading = self._fresh_list()
         if leading != self._was_leader:
