@@ -220,12 +220,17 @@ class KubeChaos(RuleBasedStateMachine):
             self.templates[fresh] = (group, gpus)
             self._create_pod(pod)
 
-    @rule(node=st.sampled_from(NODE_NAMES), gpus=st.integers(1, 8))
-    def foreign_pod(self, node: str, gpus: int) -> None:
-        """Another scheduler binds a pod of its own, only where it sees room (Terminating pods count)."""
+    @rule(node=st.sampled_from(NODE_NAMES), gpus=st.integers(1, 8), fill=st.booleans())
+    def foreign_pod(self, node: str, gpus: int, fill: bool) -> None:
+        """Another scheduler binds a pod of its own, only where it sees room (Terminating pods count);
+        ``fill``: as large as the room left, so that a half-bound gang cannot complete there."""
         self._count("foreign_pod")
         if self.api.get("nodes", node) is None:
             return
+        if fill:
+            gpus = GPUS_PER_NODE - sum(pod_gpus(p) for p in self._pods() if p["spec"].get("nodeName") == node)
+            if gpus <= 0:
+                return
         used = sum(pod_gpus(p) for p in self._pods() if p["spec"].get("nodeName") == node)
         assumed = sum(
             pod_gpus(self.api.get("pods", k) or {"spec": {"containers": []}})
@@ -306,8 +311,8 @@ class KubeChaos(RuleBasedStateMachine):
             with lock:
                 calls[0] += 1
                 n = calls[0]
-            if fault == "crash" and n == 2:
-                raise Killed
+            if fault == "crash" and n >= 2:
+                raise Killed  # the process is gone: this bind and every later one never leave it
             outcome = original(key, node, gpus)
             if fault == "slow":
                 with lock:

@@ -232,7 +232,7 @@ class KubeCluster:
         """One cycle: sync, lead, decide, act. ``dry_run``: decide only, write nothing."""
         started = time.perf_counter()
         self.drain()
-        if not dry_run and not self._lead():
+        if not dry_run and not self.lead():
             return StepReport(leader=False)
         report = StepReport(leader=True)
         self._settle()
@@ -267,8 +267,9 @@ class KubeCluster:
         self.stats.emit("cycle_s", time.perf_counter() - started)
         return report
 
-    def _lead(self) -> bool:
-        """True when this replica holds the lease now (renewing it here unless a thread does)."""
+    def lead(self) -> bool:
+        """True when this replica holds the lease now (trying to take or renew it unless a thread does;
+        on becoming leader it lists everything afresh first)."""
         # With a renewal thread, the cycle only checks; it tries itself only when not leading (so a
         # fresh replica need not wait a retry period for its first try).
         leading = self.lease.holds_now() if self.lease.background else False
