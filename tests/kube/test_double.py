@@ -155,3 +155,16 @@ def test_delete_holds_the_lock(clock: Clock) -> None:
         assert api.get("nodes", "n0") is not None
     worker.join(2)
     assert released.is_set() and api.get("nodes", "n0") is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "wanted"),
+    [("bogus", 1, "bogus"), ("containers", [{"name": "c", "resources": {"requests": {"cpu": {}}}}], "cpu")],
+)
+def test_bodies_are_checked_against_the_schema(double: Any, field: str, value: object, wanted: str) -> None:
+    api, _ = double
+    pod = a_pod("bad")
+    pod["spec"][field] = value
+    with pytest.raises(Exception, match=wanted):
+        api.create("pods", pod)
+    assert len(api.invalid) == 1 and wanted in api.invalid[0]

@@ -105,11 +105,30 @@ def _validator(api_version: str, kind: str) -> jsonschema.protocols.Validator:
     group = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
     schema = kv.schema_contents(f"{folder}/{kind.lower()}-{group}.json", SCHEMA_VERSION)
     definitions = kv.schema_contents(f"{folder}/_definitions.json", SCHEMA_VERSION)
+    schema = _inline(schema, definitions["$defs"], ())
     registry: referencing.Registry[Any] = referencing.Registry()
     registry = referencing.Resource.from_contents(schema) @ registry
     registry = referencing.Resource.from_contents(definitions) @ registry
     validator: jsonschema.protocols.Validator = jsonschema.Draft202012Validator(schema, registry=registry)
     return validator
+
+
+def _inline(node: Any, definitions: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
+    """The schema with each ``$ref`` into the shared definitions replaced by the definition itself
+    (recursive ones kept as references): the same schema, validated without a registry look-up
+    per field, which made validation most of the double's time per request."""
+    if isinstance(node, list):
+        return [_inline(item, definitions, seen) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and "#/$defs/" in ref:  # "/api/_definitions.json#/$defs/X" or "#/$defs/X"
+        name = ref.rsplit("/", 1)[1]
+        if name not in seen and set(node) <= {"$ref", "description"}:  # a description changes nothing
+            return _inline(definitions[name], definitions, (*seen, name))
+        node = {**node, "$ref": f"https://kubernetes.io/api/_definitions.json#/$defs/{name}"}
+        return node
+    return {key: _inline(value, definitions, seen) for key, value in node.items()}
 
 
 def schema_errors(obj: Mapping[str, Any]) -> list[str]:
@@ -274,7 +293,12 @@ class KubeApiDouble:
             self.invalid.append(text)
             raise ApiStatus(422, "Invalid", text)
 
-    def _write(self, resource: str, event: str, obj: dict[str, Any]) -> dict[str, Any]:
+    def _write(self, resource: str, event: str, obj: dict[str, Any], answer: bool = True) -> dict[str, Any]:
+        """Store ``obj`` (or drop it on DELETED), log the event and queue it for the watchers.
+
+        A stored object is never changed in place afterwards (every change stores a new copy), so
+        watchers share it without copying. ``answer``: return a copy the caller may change.
+        """
         self.rv += 1
         obj["metadata"]["resourceVersion"] = str(self.rv)
         key = _key(obj)
@@ -296,11 +320,11 @@ class KubeApiDouble:
             if w.closed:
                 continue
             if w.resource == resource:
-                w.events.append({"type": event, "object": copy.deepcopy(obj)})
+                w.events.append({"type": event, "object": obj})
             elif w.bookmarks:
                 w.events.append({"type": "BOOKMARK", "object": _bookmark(w.resource, self.rv)})
         self.lock.notify_all()
-        return copy.deepcopy(obj)
+        return copy.deepcopy(obj) if answer else obj
 
     def _find(self, resource: str, key: str) -> dict[str, Any]:
         found = self.store[resource].get(key)
@@ -334,7 +358,7 @@ class KubeApiDouble:
             pod["status"]["phase"] = "Running"
             pod["status"]["startTime"] = now_rfc3339(self.clock)
             _set_condition(pod, {"type": "PodScheduled", "status": "True"})
-            self._write("pods", "MODIFIED", pod)
+            self._write("pods", "MODIFIED", pod, answer=False)
             self.bindings.append((f"{namespace}/{name}", node))
             return _success(201)
 
@@ -459,9 +483,7 @@ class KubeApiDouble:
                 watcher.last = True
             else:
                 watcher.events.extend(
-                    {"type": e, "object": copy.deepcopy(o)}
-                    for rv, r, e, o in self.log
-                    if rv > since and r == resource
+                    {"type": e, "object": o} for rv, r, e, o in self.log if rv > since and r == resource
                 )
                 if bookmarks and since < self.rv:
                     watcher.events.append({"type": "BOOKMARK", "object": _bookmark(resource, self.rv)})
