@@ -360,3 +360,18 @@ def test_a_gang_short_of_pods_still_holds_what_its_bound_members_use(
     wait_synced(cluster, api.rv)
     report = cluster.step()
     assert report.bound == [] and gpus_in_use(api) == {"n0": 4}
+
+
+def test_a_watch_event_older_than_the_cache_is_ignored(api: KubeApiDouble) -> None:
+    """A list made on becoming leader may be newer than events still in flight on the watch."""
+    cluster = KubeCluster(api_client(host=api.url), Scheduler(load_profiles()["fifo"]), "a")  # type: ignore[attr-defined]
+    new = {
+        "metadata": {"name": "p", "namespace": "team-a", "resourceVersion": "10"},
+        "spec": {"nodeName": "n0"},
+    }
+    old = {"metadata": {"name": "p", "namespace": "team-a", "resourceVersion": "9"}, "spec": {}}
+    cluster.changes.put(("pods", "RELIST", {"items": [new]}))
+    cluster.changes.put(("pods", "MODIFIED", old))
+    cluster.drain()
+    assert cluster.state.objects["pods"]["team-a/p"]["spec"] == {"nodeName": "n0"}
+    cluster.stop()

@@ -224,7 +224,7 @@ class KubeCluster:
                 return
             if event == "RELIST":
                 self.state.replace(kind, obj["items"])
-            else:
+            elif not _older(obj, self.state.objects[kind].get(tr.key_of(obj))):
                 self.state.apply(kind, event, obj)
 
     # ------------------------------------------------------------------ step
@@ -747,6 +747,17 @@ def _overfull_nodes(state: KubeState, assumed: Mapping[str, _Assumed]) -> set[st
         if gpus > capacity.gpus or cpu > capacity.cpu_milli or memory > capacity.memory_mib:
             full.add(name)
     return full
+
+
+def _older(event: tr.Obj, cached: tr.Obj | None) -> bool:
+    """True when a watch event is older than the cached object: a list made on becoming leader
+    (or any relist) may be newer than events still in flight on the watch stream."""
+    if cached is None:
+        return False
+    try:
+        return int(event["metadata"]["resourceVersion"]) < int(cached["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):  # opaque versions: no order to judge by
+        return False
 
 
 def _release(response: Any) -> None:
