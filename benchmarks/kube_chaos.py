@@ -59,8 +59,9 @@ def one_round(seed: int, examples: int, steps: int) -> str | None:
     )
     try:
         run_state_machine_as_test(machine, settings=config)
-    except Exception:  # an invariant or a scheduler step failed: report it, go on with the next seed
-        return traceback.format_exc(limit=3)[-3000:]
+    except Exception as exc:  # an invariant or a scheduler step failed: report it, go on with the next seed
+        what = "".join(traceback.format_exception_only(type(exc), exc))
+        return f"{what[:2000]}\n...\n{what[-1500:]}" if len(what) > 3500 else what
     return None
 
 

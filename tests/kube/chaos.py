@@ -384,8 +384,12 @@ class KubeChaos(RuleBasedStateMachine):
             name = group["metadata"]["name"]
             members = [p for p in pods if (p["metadata"].get("labels") or {}).get(
                 "scheduling.x-k8s.io/pod-group") == name]  # fmt: skip
-            bound = [
-                p for p in members if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+            bound = [  # live pods holding room: bound, not Terminating, not finished
+                p
+                for p in members
+                if p["spec"].get("nodeName")
+                and not p["metadata"].get("deletionTimestamp")
+                and p["status"].get("phase") not in {"Succeeded", "Failed"}
             ]
             if 0 < len(bound) < group["spec"]["minMember"]:
                 since = self.partial_since.setdefault(name, self.clock.now)

@@ -259,7 +259,7 @@ class KubeCluster:
             return report
         held = self._evict_all(view, result, report)
         self._bind_all(view, [d for d in result.decisions if isinstance(d, Bind)], held, report)
-        self._time_out_gangs(view, report)
+        self._time_out_gangs(report)
         self._write_group_statuses(view, report)
         if self.write_reasons:
             self._write_reasons(view, report.waiting)
@@ -513,22 +513,20 @@ class KubeCluster:
             if ROLLBACK_ANNOTATION in (group["metadata"].get("annotations") or {})
         }
 
-    def _time_out_gangs(self, view: View, report: StepReport) -> None:
+    def _time_out_gangs(self, report: StepReport) -> None:
         """Start releasing every gang still short of ``minMember`` bound pods after its timeout."""
         now = self.clock()
         rolling = self._rolling_back()
         partial = set()
-        for job_id, keys in view.bound.items():
-            job = view.jobs[job_id]
-            bound = [k for k in keys if k not in self.assumed or self.assumed[k].accepted]
-            if job_id in rolling or not bound or len(bound) >= job.min_available:
+        for job_id, (bound, min_member) in self._gang_counts().items():
+            if job_id in rolling or not 0 < bound < min_member:
                 continue
             partial.add(job_id)
             since = self._partial_since.setdefault(job_id, self._schedule_start(job_id) or now)
             if now - since < self._timeout_of(job_id):
                 continue
             reason = (
-                f"gang {job_id} timed out: {len(bound)} of minMember {job.min_available} pods bound "
+                f"gang {job_id} timed out: {bound} of minMember {min_member} pods bound "
                 f"after {self._timeout_of(job_id):g} s; releasing them"
             )
             if self._patch_group(job_id, {"metadata": {"annotations": {ROLLBACK_ANNOTATION: reason}}}):
@@ -548,6 +546,26 @@ class KubeCluster:
         for job_id in set(self._partial_since) - partial:
             del self._partial_since[job_id]
 
+    def _gang_counts(self) -> dict[str, tuple[int, int]]:
+        """Gang job id -> (live pods bound, in the API or accepted; minMember), for every PodGroup.
+
+        Judged on the cache, not on the cycle's view: a gang that lost a member is not offered to
+        the scheduler, yet its bound members hold their room and must time out all the same."""
+        counts: dict[str, int] = {}
+        for key, pod in self.state.objects["pods"].items():
+            if not tr.is_ours(pod) or tr.pod_group_of(pod) is None or not tr.is_active(pod):
+                continue
+            job_id = tr.job_id_of(pod)
+            assumed = self.assumed.get(key)
+            bound = tr.node_name_of(pod) is not None or (assumed is not None and assumed.accepted)
+            counts[job_id] = counts.get(job_id, 0) + bound
+        groups = self.state.objects["podgroups"]
+        return {
+            job_id: (bound, int(groups[job_id].get("spec", {}).get("minMember", 1)))
+            for job_id, bound in counts.items()
+            if job_id in groups
+        }
+
     def _schedule_start(self, job_id: str) -> float | None:
         group = self.state.objects["podgroups"].get(job_id) or {}
         stamp = (group.get("status") or {}).get("scheduleStartTime")
@@ -562,7 +580,8 @@ class KubeCluster:
     def _release(self, job_id: str, reason: str, report: StepReport) -> None:
         """Delete the gang's controller-owned bound pods (gracefully); flag bare ones; clear when done."""
         report.rolled_back.append(job_id)
-        left = False
+        # A bind the API accepted but the watch has not shown yet is bound all the same: not done.
+        left = any(a.accepted and a.job_id == job_id for a in self.assumed.values())
         for key, pod in sorted(self.state.objects["pods"].items()):
             if tr.job_id_of(pod) != job_id or tr.node_name_of(pod) is None:
                 continue
