@@ -174,9 +174,15 @@ def test_cancel_removes_everything_it_created(api: KubeApiDouble, alice: None) -
     assert len(ours(api, "pods")) == 2
     out = invoke("cancel", JOB)
     assert "deleted Job train, Service train, PodGroup train, Pod train-0-" in out
-    assert all(ours(api, r) == [] for r in ("podgroups", "services", "jobs", "pods"))
+    assert all(ours(api, r) == [] for r in ("podgroups", "services", "jobs"))
+    # Pods deleted with a grace period stay Terminating until it passes, as the API server keeps them.
+    assert all(
+        api.get("pods", f"team-a/{name}")["metadata"].get("deletionTimestamp") for name in ours(api, "pods")
+    )  # type: ignore[index]
     JobControllerDouble(api).reconcile()  # nothing comes back: the Job is gone
-    assert ours(api, "pods") == []
+    assert all(
+        api.get("pods", f"team-a/{name}")["metadata"].get("deletionTimestamp") for name in ours(api, "pods")
+    )  # type: ignore[index]
 
 
 def test_another_user_can_neither_read_nor_cancel_the_job(

@@ -362,9 +362,10 @@ class KubeApiDouble:
             self.bindings.append((f"{namespace}/{name}", node))
             return _success(201)
 
-    def delete(self, resource: str, key: str, grace_s: int | None = None) -> dict[str, Any]:
-        """``DELETE``: a pod bound to a node is deleted gracefully (Terminating for ``grace_s``,
-        default its ``terminationGracePeriodSeconds``); anything else goes at once."""
+    def delete(self, resource: str, key: str, grace_s: int | None = 0) -> dict[str, Any]:
+        """``DELETE``: a pod bound to a node is deleted gracefully (Terminating for ``grace_s``; None:
+        its ``terminationGracePeriodSeconds``, as an HTTP DELETE without options); anything else,
+        or ``grace_s`` 0 (the default for a test's direct call: a forced delete), goes at once."""
         with self.lock:
             found = self._find(resource, key)
             if resource != "pods":
