@@ -19,7 +19,7 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 # torch first, pinned: its CPU build; left to resolve `torch>=2.4` alone, pip would fetch a CUDA build.
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,rl]'
+	$(BIN)/python -m pip install -q -e '.[dev,rl,ray]'
 	touch $(VENV)/.core $@
 
 demo: $(VENV)/.core

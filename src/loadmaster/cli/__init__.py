@@ -64,6 +64,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "Read the GPUs through NVML and serve dcgm-exporter-compatible metrics for Prometheus.",
     ),
     "diagnose": LazyCommand("loadmaster.cli.diagnose", "app", "Diagnose a training job from GPU telemetry."),
+    "sweep": LazyCommand(
+        "loadmaster.cli.sweep",
+        "sweep",
+        "Run every cell of a sweep not yet done; write the table, the report and the paired comparison.",
+    ),
     # The researcher's commands (docs/researchers.md); Kubernetes is imported when they run.
     "submit": LazyCommand(
         "loadmaster.cli.jobs",
