@@ -121,6 +121,10 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
     cluster: Annotated[str, typer.Option(help="Cluster spec file or built-in")] = "lab",
     workload: Annotated[str, typer.Option(help="Workload spec file or built-in")] = "lab",
     every: Annotated[int, typer.Option(help="Write a checkpoint every this many updates")] = 10,
+    ray: Annotated[
+        str | None,
+        typer.Option(help="Run the rollouts on Ray: auto, local or a cluster ADDRESS (same result as local)"),
+    ] = None,
 ) -> None:
     """Train the learned scheduler with PPO in the simulator (CPU; seeded)."""
     try:
@@ -145,7 +149,7 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
         "episode bsld {:.3f}",
         "mean_bsld",
         out,
-        lambda show: train_to(config, out, every=every, command=command, on_update=show),
+        lambda show: train_to(config, out, every=every, command=command, on_update=show, ray=ray),
     )
 
 
@@ -178,6 +182,10 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
     workers: Annotated[int, typer.Option(help="Rollout processes")] = 2,
     init: Annotated[
         str | None, typer.Option(help="lublin, lab: start from this checkpoint (shipped name or .npz)")
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(help="Run the rollouts on Ray: auto, local or a cluster ADDRESS (same result as local)"),
     ] = None,
 ) -> None:
     """Train the learned order by PPO over rankings, in the profile it will serve in (CPU; seeded)."""
@@ -220,7 +228,7 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         "validation bsld {:.2f}",
         "validation_bsld",
         out,
-        lambda show: rank_to(config, episodes, out, command=command, on_update=show),
+        lambda show: rank_to(config, episodes, out, command=command, on_update=show, ray=ray),
     )
 
 

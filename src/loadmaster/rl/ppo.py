@@ -10,7 +10,10 @@ starting from a random one, which it would mostly spend its budget escaping.
 
 Everything is seeded: torch, the environments and the minibatch shuffles
 draw from ``TrainConfig.seed``; torch runs on one thread, so the same seed
-gives the same checkpoint on the same machine.
+gives the same checkpoint on the same machine. The environments step in
+rounds (each picks its action from its own observation, then all step), so
+with ``ray`` each lives in its own Ray actor and they step in parallel, with
+the same decisions, in the same order, as in this process.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy.typing as npt
 import torch
 
 from loadmaster.errors import ConfigError
+from loadmaster.parallel import ActorGroup, LocalActors, RayActors
 from loadmaster.rl.agent import Agent, Batch, prepare
 from loadmaster.rl.env import EnvConfig, SchedulingEnv
 
@@ -103,7 +107,7 @@ class _Rollout:
     bootstrap: dict[int, float] = field(default_factory=dict)
     """Value of each runner's state after its last stored decision, when its episode goes on."""
 
-    def record(self, runner: _Runner) -> Batch:
+    def record(self, runner: _Runner | _View) -> Batch:
         """Store the runner's current observation; return it as a batch of one."""
         one = _batch_of_one(runner)
         self.jobs.append(one.jobs[0].numpy())
@@ -122,7 +126,7 @@ class _Rollout:
         )
 
 
-def _batch_of_one(runner: _Runner) -> Batch:
+def _batch_of_one(runner: _Runner | _View) -> Batch:
     jobs, present, context = prepare(runner.obs)
     return Batch(
         jobs=torch.from_numpy(jobs[None]),
@@ -137,7 +141,10 @@ def _rows(batch: Batch, index: torch.Tensor) -> Batch:
 
 
 class _Runner:
-    """One environment playing episodes back to back, remembering its episode's reward."""
+    """One environment playing episodes back to back, remembering its episode's reward.
+
+    In the trainer it is a view: the environment itself lives in a :class:`_RunnerActor` (here
+    or on Ray), and :meth:`apply` copies in what a step returned."""
 
     def __init__(self, config: EnvConfig, seed: int) -> None:
         self.env = SchedulingEnv(config)
@@ -157,6 +164,62 @@ class _Runner:
             obs, info = self.env.reset()
         self.obs, self.mask = obs, info["action_mask"]
         return float(reward), done
+
+
+Stepped = tuple[float, bool, dict[str, npt.NDArray[np.float32]], npt.NDArray[np.bool_], float | None]
+"""What a step returns to the trainer: reward, done, the next observation and mask, and the
+episode's mean bounded slowdown when it ended."""
+
+
+class _RunnerActor:
+    """A :class:`_Runner` where its environment lives (this process or a Ray worker)."""
+
+    def __init__(self, config: EnvConfig, seed: int) -> None:
+        self.runner = _Runner(config, seed)
+
+    def first(self, _: object) -> tuple[dict[str, npt.NDArray[np.float32]], npt.NDArray[np.bool_]]:
+        return self.runner.obs, self.runner.mask
+
+    def step(self, action: int) -> Stepped:
+        before = len(self.runner.finished)
+        reward, done = self.runner.step(action)
+        ended = self.runner.finished[-1] if len(self.runner.finished) > before else None
+        self.runner.finished.clear()
+        return reward, done, self.runner.obs, self.runner.mask, ended
+
+
+@dataclass
+class _View:
+    """The trainer's copy of one environment's state (the environment itself is in an actor)."""
+
+    load: float
+    obs: dict[str, npt.NDArray[np.float32]]
+    mask: npt.NDArray[np.bool_]
+    finished: list[float] = field(default_factory=list)
+
+
+class _Fleet:
+    """The training environments, stepped a round at a time."""
+
+    def __init__(self, configs: list[EnvConfig], seeds: list[int], ray: str | None) -> None:
+        inits = list(zip(configs, seeds, strict=True))
+        self.group: ActorGroup = (
+            RayActors(_RunnerActor, inits, ray) if ray else LocalActors(_RunnerActor, inits)
+        )
+        first = self.group.call("first", [None] * len(configs))
+        self.views = [_View(c.load, obs, mask) for c, (obs, mask) in zip(configs, first, strict=True)]
+
+    def step(self, actions: list[int]) -> list[tuple[float, bool]]:
+        """Every environment takes its action (in parallel on Ray); the views follow."""
+        out = []
+        for view, (reward, done, obs, mask, ended) in zip(
+            self.views, self.group.call("step", actions), strict=True
+        ):
+            view.obs, view.mask = obs, mask
+            if ended is not None:
+                view.finished.append(ended)
+            out.append((reward, done))
+        return out
 
 
 MAX_IDLE_EPISODES = 20
@@ -186,22 +249,37 @@ def teacher_action(
     return int(valid[0])
 
 
-def train(config: TrainConfig, on_update: Callable[[UpdateLog, Agent], None] | None = None) -> Agent:
-    """Train an agent; ``on_update`` sees each update's log and the agent (for checkpoints)."""
+def train(
+    config: TrainConfig, on_update: Callable[[UpdateLog, Agent], None] | None = None, ray: str | None = None
+) -> Agent:
+    """Train an agent; ``on_update`` sees each update's log and the agent (for checkpoints).
+    ``ray`` (``auto``, ``local`` or an address) runs each environment in a Ray actor: the same result."""
     torch.manual_seed(config.seed)
     torch.set_num_threads(1)
     rng = np.random.default_rng(config.seed)
-    runners = [
-        _Runner(dataclasses.replace(config.env, load=load), seed=int(rng.integers(2**31 - 1)))
-        for load in config.loads
-    ]
-    agent = Agent(runners[0].env.config.observation, hidden=config.hidden)
+    configs = [dataclasses.replace(config.env, load=load) for load in config.loads]
+    seeds = [int(rng.integers(2**31 - 1)) for _ in configs]
+    fleet = _Fleet(configs, seeds, ray)
+    try:
+        return _train(config, on_update, rng, fleet)
+    finally:
+        fleet.group.close()
+
+
+def _train(
+    config: TrainConfig,
+    on_update: Callable[[UpdateLog, Agent], None] | None,
+    rng: np.random.Generator,
+    fleet: _Fleet,
+) -> Agent:
+    runners = fleet.views
+    agent = Agent(config.env.observation, hidden=config.hidden)
     optimizer = torch.optim.Adam(agent.parameters(), lr=config.lr)
     if config.warm_start != "none":
-        _warm_start(agent, optimizer, runners, config)
+        _warm_start(agent, optimizer, fleet, config)
     started = time.perf_counter()
     for update in range(1, config.updates + 1):
-        rollout = _collect(agent, runners, config.steps, rng)
+        rollout = _collect(agent, fleet, config.steps, rng)
         losses = _optimise(agent, optimizer, rollout, config, rng)
         by_load = {r.load: float(np.mean(r.finished)) for r in runners if r.finished}
         finished = [x for r in runners for x in r.finished]
@@ -224,20 +302,24 @@ def train(config: TrainConfig, on_update: Callable[[UpdateLog, Agent], None] | N
     return agent
 
 
-def _warm_start(
-    agent: Agent, optimizer: torch.optim.Optimizer, runners: list[_Runner], config: TrainConfig
-) -> None:
+def _warm_start(agent: Agent, optimizer: torch.optim.Optimizer, fleet: _Fleet, config: TrainConfig) -> None:
     """Behaviour cloning: play the teacher, then fit the score network to its choices."""
     rollout = _Rollout()
     idle = 0
+    runners = fleet.views
     while len(rollout.action) < config.warm_steps:
+        picks: list[int] = []
+        chose: list[bool] = []
         for runner in runners:
             action = teacher_action(runner.obs, runner.mask, config.warm_start)
-            if runner.mask.sum() > 1:
-                idle = 0
+            chose.append(bool(runner.mask.sum() > 1))
+            if chose[-1]:
                 rollout.record(runner)
                 rollout.action.append(action)
-            idle += runner.step(action)[1]
+            picks.append(action)
+        for choice, (_, done) in zip(chose, fleet.step(picks), strict=True):
+            idle = 0 if choice else idle
+            idle += done
             _check_progress(idle)
     for r in runners:
         r.finished.clear()
@@ -252,32 +334,40 @@ def _warm_start(
         optimizer.step()
 
 
-def _collect(agent: Agent, runners: list[_Runner], steps: int, rng: np.random.Generator) -> _Rollout:
-    """Play until ``steps`` decisions with a real choice are stored (round robin over runners)."""
+def _collect(agent: Agent, fleet: _Fleet, steps: int, rng: np.random.Generator) -> _Rollout:
+    """Play until ``steps`` decisions with a real choice are stored (rounds over the runners: each
+    picks its action, in runner order, then all step)."""
     rollout = _Rollout()
     last: dict[int, int] = {}
     idle = 0
+    runners = fleet.views
     with torch.no_grad():
         while len(rollout.action) < steps:
+            actions: list[int] = []
+            chose: list[bool] = []
             for i, runner in enumerate(runners):
-                if runner.mask.sum() <= 1:
-                    reward, done = runner.step(int(np.argmax(runner.mask)))
+                chose.append(bool(runner.mask.sum() > 1))
+                if not chose[-1]:
+                    actions.append(int(np.argmax(runner.mask)))
+                    continue
+                batch = rollout.record(runner)
+                logits = agent.logits(batch)[0]
+                probs = torch.softmax(logits, dim=0).double().numpy()
+                action = int(rng.choice(len(probs), p=probs / probs.sum()))
+                rollout.action.append(action)
+                rollout.logp.append(torch.log_softmax(logits, 0)[action].item())
+                rollout.value.append(agent.values(batch)[0].item())
+                rollout.reward.append(0.0)
+                rollout.done.append(False)
+                rollout.runner.append(i)
+                last[i] = len(rollout.action) - 1
+                actions.append(action)
+            for i, (reward, done) in enumerate(fleet.step(actions)):
+                if chose[i]:
+                    idle = 0
+                else:
                     idle += done
                     _check_progress(idle)
-                else:
-                    idle = 0
-                    batch = rollout.record(runner)
-                    logits = agent.logits(batch)[0]
-                    probs = torch.softmax(logits, dim=0).double().numpy()
-                    action = int(rng.choice(len(probs), p=probs / probs.sum()))
-                    rollout.action.append(action)
-                    rollout.logp.append(torch.log_softmax(logits, 0)[action].item())
-                    rollout.value.append(agent.values(batch)[0].item())
-                    rollout.reward.append(0.0)
-                    rollout.done.append(False)
-                    rollout.runner.append(i)
-                    last[i] = len(rollout.action) - 1
-                    reward, done = runner.step(action)
                 if i in last:
                     rollout.reward[last[i]] += reward
                     if done:

@@ -28,17 +28,16 @@ accrues after the decision keeps the earlier decisions' noise out of it. No crit
 **Update.** ``epochs`` passes of PPO's clipped surrogate over minibatches of
 decisions. The ratio is new over old probability of the recorded positions.
 
-Everything is seeded; rollouts run in ``workers`` processes and are merged in
-task order, so the result does not depend on the number of workers.
+Everything is seeded; rollouts run in ``workers`` processes, or on Ray workers
+(``ray``), and are merged in task order, so the result depends neither on the
+number of workers nor on where they run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Protocol, runtime_checkable
@@ -51,6 +50,7 @@ from loadmaster.config import Cluster, load_cluster, load_workload
 from loadmaster.errors import ConfigError
 from loadmaster.metrics.summary import bounded_slowdown
 from loadmaster.model import NodeTable, TraceJob
+from loadmaster.parallel import open_executor
 from loadmaster.rl.agent import Agent
 from loadmaster.scheduling import PluginSpec, Profile, Scheduler, build_profile
 from loadmaster.scheduling.observe import ObservationSpec
@@ -413,21 +413,22 @@ def train_ranking(
     episodes: Source,
     on_update: Callable[[RankLog, Agent], None] | None = None,
     on_start: Callable[[float], None] | None = None,
+    ray: str | None = None,
 ) -> Agent:
     """Train; ``on_start`` sees the starting network's validation score, ``on_update`` each update's
     log and the agent. Returns the agent of the update with the lowest validation bounded slowdown
-    (the starting network counts as update 0)."""
+    (the starting network counts as update 0). ``ray`` (``auto``, ``local`` or an address) plays the
+    rollouts on Ray workers instead of ``config.workers`` local processes: the same result."""
     torch.manual_seed(config.seed)
     torch.set_num_threads(1)
     spec = ObservationSpec()
     width = episodes.width if isinstance(episodes, ChoiceEpisodes) else None
     agent = Agent(spec, hidden=config.hidden, width=width)
     optimizer = torch.optim.Adam(agent.score.parameters(), lr=config.lr)
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(config.workers, mp_context=context) as pool:
+    with open_executor(config.workers, ray) as pool:
 
         def plays(tasks: list[_Task]) -> list[Played]:
-            return list(pool.map(_play, tasks))
+            return pool.map(_play, tasks)
 
         def validate() -> float:
             tasks = [

@@ -57,8 +57,10 @@ def train_to(
     every: int = 10,
     command: str = "",
     on_update: Callable[[UpdateLog], None] | None = None,
+    ray: str | None = None,
 ) -> Path:
-    """Train and write the run into ``out_dir``; returns the final checkpoint's path."""
+    """Train and write the run into ``out_dir``; returns the final checkpoint's path (``ray``: the
+    environments in Ray actors, see :func:`loadmaster.rl.ppo.train`)."""
     (out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     record = config_record(config)
     (out_dir / "config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -82,7 +84,7 @@ def train_to(
                 on_update(log)
 
         started = time.perf_counter()
-        agent = train(config, record_update)
+        agent = train(config, record_update, ray=ray)
         seconds = round(time.perf_counter() - started, 1)
     final = out_dir / "policy.npz"
     with final.open("wb") as out:
@@ -133,6 +135,7 @@ def rank_to(
     *,
     command: str = "",
     on_update: Callable[[RankLog], None] | None = None,
+    ray: str | None = None,
 ) -> Path:
     """Train by ranking (:mod:`loadmaster.rl.rank`) and write the run into ``out_dir`` (the same
     layout as :func:`train_to`; the policy is the update with the best validation score)."""
@@ -158,7 +161,7 @@ def rank_to(
 
         started = time.perf_counter()
         start: list[float] = []
-        agent = train_ranking(config, episodes, record_update, start.append)
+        agent = train_ranking(config, episodes, record_update, start.append, ray=ray)
         seconds = round(time.perf_counter() - started, 1)
     # The starting network (update 0) is kept unless an update validated strictly better.
     scores = [(start[0], 0)] + [(log.validation_bsld, log.update) for log in logs]
