@@ -76,8 +76,8 @@ def test_a_sweep_on_ray_gives_the_same_table(tmp_path: Path, local_ray: Any) -> 
 
 def test_rank_training_on_ray_matches_local_processes(local_ray: Any) -> None:
 
-    config = RankConfig(updates=1, sequences=1, samples=2, validation=1, workers=2, seed=5)
-    episodes = LabEpisodes(jobs=128, loads=(1.1,))
+    config = RankConfig(updates=1, sequences=2, samples=2, validation=1, workers=2, seed=3)
+    episodes = LabEpisodes(jobs=256, loads=(1.1,))
     local = train_ranking(config, episodes)
     remote = train_ranking(config, episodes, ray="local")
     for (wa, ba), (wb, bb) in zip(local.score_layers(), remote.score_layers(), strict=True):
