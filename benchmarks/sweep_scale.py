@@ -14,6 +14,7 @@ Prints a table and writes benchmarks/results/sweep_scale.json (or sweep_scale_qu
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 from loadmaster.parallel import Executor, InProcess, LocalPool, RayPool, connect_ray
 from loadmaster.sweep import Store, load_sweep, run_sweep
@@ -50,11 +53,30 @@ def _timed(sweep_path: Path, folder: Path, executor: Executor) -> tuple[float, o
     return wall, results_table(sweep, Store(folder))
 
 
+def ray_child(spec: Path, folder: Path) -> None:
+    """Start a private local Ray, run the sweep on it, print the timings as JSON."""
+    started = time.perf_counter()
+    ray = connect_ray("local")
+    start_s = time.perf_counter() - started
+    with RayPool("local") as pool:
+        slots = pool.slots
+        wall, _ = _timed(spec, folder, pool)
+    ray.shutdown()
+    print(json.dumps({"wall_s": wall, "start_s": start_s, "slots": slots}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 seeds x 300 jobs instead of 10 x 2,000")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="pool and Ray runs each, alternating which goes first"
+    )
+    parser.add_argument("--ray-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ray_child:
+        ray_child(Path(args.ray_child[0]), Path(args.ray_child[1]))
+        return
     seeds, jobs = (2, 300) if args.quick else (10, 2000)
     cells = len(PROFILES) * len(LOADS) * seeds
     with tempfile.TemporaryDirectory(prefix="sweep-scale-") as tmp:
@@ -66,17 +88,31 @@ def main() -> None:
         )
         serial_s, serial = _timed(spec, root / "serial", InProcess())
         print(f"serial: {serial_s:.1f} s")
-        with LocalPool(args.workers) as pool:
-            pool_s, pooled = _timed(spec, root / "pool", pool)
-        print(f"pool ({args.workers} processes): {pool_s:.1f} s")
-        started = time.perf_counter()
-        connect_ray("local")
-        ray_start_s = time.perf_counter() - started
-        with RayPool("local") as ray_pool:
-            slots = ray_pool.slots
-            ray_s, on_ray = _timed(spec, root / "ray", ray_pool)
-        print(f"ray ({slots} CPUs): {ray_s:.1f} s (+ {ray_start_s:.1f} s to start Ray)")
-    same = serial.equals(pooled) and serial.equals(on_ray)  # type: ignore[attr-defined]
+        pool_runs: list[float] = []
+        ray_runs: list[float] = []
+        tables = [serial]
+        for repeat in range(args.repeats):
+            order = ("pool", "ray") if repeat % 2 == 0 else ("ray", "pool")
+            for kind in order:
+                folder = root / f"{kind}-{repeat}"
+                if kind == "pool":
+                    with LocalPool(args.workers) as pool:
+                        wall, table = _timed(spec, folder, pool)
+                    pool_runs.append(wall)
+                else:
+                    # In a child process: a forked pool must not inherit a connected Ray driver's threads.
+                    child = [sys.executable, __file__, "--ray-child", str(spec), str(folder)]
+                    done = subprocess.run(child, capture_output=True, text=True, check=True)
+                    measured = json.loads(done.stdout.strip().splitlines()[-1])
+                    wall, slots = measured["wall_s"], measured["slots"]
+                    ray_start_s = measured["start_s"]
+                    table = results_table(load_sweep(spec), Store(folder))
+                    ray_runs.append(wall)
+                tables.append(table)
+                print(f"{kind} (repeat {repeat + 1}): {wall:.1f} s")
+        print(f"Ray took {ray_start_s:.1f} s to start ({slots} CPUs)")
+    pool_s, ray_s = float(np.median(pool_runs)), float(np.median(ray_runs))
+    same = all(serial.equals(t) for t in tables[1:])  # type: ignore[attr-defined]
     overhead = ray_s / pool_s - 1
     checks = {
         "ray_overhead_over_pool": {
@@ -98,7 +134,8 @@ def main() -> None:
     quick = " --quick" if args.quick else ""
     result = {
         "benchmark": "sweep_scale",
-        "command": f"python benchmarks/sweep_scale.py{quick} --workers {args.workers}",
+        "command": f"python benchmarks/sweep_scale.py{quick} --workers {args.workers} "
+        f"--repeats {args.repeats}",
         "commit": _commit(),
         "grid": {
             "profiles": list(PROFILES),
@@ -114,6 +151,9 @@ def main() -> None:
             "serial_s": round(serial_s, 2),
             "pool_s": round(pool_s, 2),
             "ray_s": round(ray_s, 2),
+            "pool_runs_s": [round(x, 2) for x in pool_runs],
+            "ray_runs_s": [round(x, 2) for x in ray_runs],
+            "statistic": "median of the runs; pool and Ray alternate which goes first",
             "ray_start_s": round(ray_start_s, 2),
             "ray_cpus": slots,
         },
