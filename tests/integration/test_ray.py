@@ -177,3 +177,16 @@ def test_a_sweep_spreads_over_a_two_node_ray_cluster(tmp_path: Path) -> None:
                 node.wait(timeout=60)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(node.pid, signal.SIGKILL)  # whatever of that node is left
+
+
+def test_cli_rank_train_takes_ray(tmp_path: Path, local_ray: Any) -> None:
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from loadmaster.cli import app  # noqa: PLC0415
+
+    args = ["rl", "rank-train", "--setup", "lab", "--jobs", "256", "--updates", "1", "--sequences", "2"]
+    result = CliRunner().invoke(
+        app, [*args, "--samples", "2", "--seed", "3", "--ray", "local", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "policy.npz").stat().st_size > 0
