@@ -56,7 +56,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "serve": LazyCommand(
         "loadmaster.cli.serve",
         "serve",
-        "Serve the GPU dashboard and its JSON API; with --demo, over a live simulated cluster.",
+        "Serve the GPU dashboard and its JSON API, over a simulated or a live Kubernetes cluster.",
     ),
     "agent": LazyCommand(
         "loadmaster.cli.agent",

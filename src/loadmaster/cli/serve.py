@@ -41,8 +41,10 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
         typer.Option(help="serve.yaml: sign-in (hashed tokens, trusted proxy), identities, state file"),
     ] = None,
 ) -> None:
-    """Serve the GPU dashboard and its JSON API: with --demo over a live simulated cluster; with
-    --config alone over the Kubernetes cluster and Prometheus it names."""
+    """Serve the GPU dashboard and its JSON API, over a simulated or a live Kubernetes cluster.
+
+    With --demo it serves a live simulated cluster; with --config alone, the Kubernetes cluster
+    and the Prometheus that serve.yaml names."""
     import uvicorn  # noqa: PLC0415 - the server is only needed by this command
 
     settings = load_serve_config(config) if config is not None else None
