@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out/demo
 
-.PHONY: demo test lint bench docs-slow clean e2e-kind e2e-kind-clean
+.PHONY: demo test fuzz lint bench docs-slow clean e2e-kind e2e-kind-clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ lint: $(VENV)/.dev
 
 test: lint
 	$(BIN)/pytest -q
+
+# Property tests on new random examples, ten times as many as `make test` checks (tests/fuzzing.py);
+# keep each failure it finds as an @example of its test. Not run in CI: it is not deterministic.
+fuzz: $(VENV)/.dev
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q tests/properties tests/unit/test_release_plan.py
 
 bench: $(VENV)/.core
 	$(BIN)/python benchmarks/sim_throughput.py

@@ -6,11 +6,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 _TESTS = str(Path(__file__).parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
+import fuzzing  # noqa: E402  (found through the path just set)
 
 REFERENCE_DATA = Path(__file__).resolve().parents[1] / "data" / "reference"
 """Public reference data vendored in the repository (data/reference/README.md, manifest.json)."""
@@ -50,3 +53,18 @@ def system_tool(name: str, *candidates: str) -> str:
     if found is None:
         pytest.fail(f"{name} is not installed; install it with: {SYSTEM_TOOLS_INSTALL} (or run .ci/run)")
     return found
+
+
+# Hypothesis: property tests explore the same examples on every run unless asked otherwise, so that
+# a test run fails only on code that changed. `make fuzz` (HYPOTHESIS_PROFILE=fuzz) explores new,
+# random examples, many more of them (fuzzing.examples); each failure it finds is kept as an
+# @example of its test, where the deterministic run checks it from then on.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile(
+    "fuzz",
+    derandomize=False,
+    database=DirectoryBasedExampleDatabase(Path(__file__).resolve().parents[1] / ".hypothesis" / "fuzz"),
+    deadline=None,
+    print_blob=True,
+)
+settings.load_profile(fuzzing.PROFILE)

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import RecordingScheduler, profile
+from fuzzing import examples
 from loadmaster.errors import ModelError
 from loadmaster.model import (
     Job,
@@ -58,7 +59,7 @@ def layouts_of(model: MigModel) -> list:  # type: ignore[type-arg]
     return maximal_layouts(model, [p.name for p in model.profiles])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     model_name=st.sampled_from(MODELS),
     ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1000)), max_size=60),
@@ -103,7 +104,7 @@ def cluster() -> NodeTable:
     return NodeTable.build(nodes, {"h100": rtype})
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(
     jobs=st.lists(
         st.tuples(

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import RecordingScheduler, TimedBind, a_cluster, a_job, a_node, by_id, profile, trace
+from fuzzing import examples
 from loadmaster.config import load_profiles
 from loadmaster.errors import ConfigError
 from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, JobTable, NodeTable, Timeline, TraceJob
@@ -39,7 +40,7 @@ NO_GANG_PROFILES = {
 PROFILES = GANG_PROFILES | NO_GANG_PROFILES
 
 FAST = settings(
-    max_examples=40,
+    max_examples=examples(40),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -256,7 +257,7 @@ def assert_same_columns(a: JobTable | Timeline, b: JobTable | Timeline) -> None:
 
 @pytest.mark.parametrize("name", PROFILES)
 @settings(
-    max_examples=20,
+    max_examples=examples(20),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

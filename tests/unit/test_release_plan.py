@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fuzzing import examples
 from loadmaster.model import TaskPlacement
 from loadmaster.scheduling.reservation import Release, ReleasePlan
 
@@ -35,7 +36,7 @@ def _rows_by_release(plan: ReleasePlan) -> list[tuple[float, list[list[int]], li
     ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(base=st.lists(_release, max_size=6), extra=st.lists(_release, max_size=6))
 def test_merged_plan_equals_plan_built_from_every_release(base: list[Release], extra: list[Release]) -> None:
     base.sort(key=lambda r: r.end_s)

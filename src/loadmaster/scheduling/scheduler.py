@@ -13,6 +13,7 @@ from loadmaster.scheduling.actions import admit, allocate, backfill, preempt
 from loadmaster.scheduling.decisions import Bind, CycleResult
 from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
+from loadmaster.scheduling.reservation import Reservation
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import SUCCESS, Status, unresolvable
@@ -34,7 +35,8 @@ class Scheduler:
     nodes match a job's pool, type and selector; and, when an order plugin
     ``commits_head``, the head job each queue lane committed to in the last
     cycle (the first job of the lane left waiting), which then goes first
-    until it starts.
+    until it starts; and the last cycle's backfill reservations, so that a job
+    starts on the GPUs it was promised (see ``actions.promise``).
     """
 
     def __init__(self, profile: Profile) -> None:
@@ -48,6 +50,8 @@ class Scheduler:
         self._flat: dict[int, Any] = {}
         self._commits = any(p.commits_head for p in profile.order)
         self._heads: dict[str, str] = {}
+        self._promised: dict[str, Reservation] = {}
+        """Job id -> the backfill reservation it got in the last cycle (``Session.promised``)."""
         """Lane -> id of the head job committed to in the last cycle (only when ``_commits``)."""
 
     def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
@@ -76,6 +80,7 @@ class Scheduler:
 
     def _cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         session = self._session(snapshot, now, rng, snapshot.pending, snapshot.queues())
+        session.promised = self._promised
         session.queue = self._ordered(snapshot.pending, session.ctx)
         if self._commits:
             session.queue = self._heads_first(session.queue)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadmaster.model import Job, PendingJob, TaskPlacement
 from loadmaster.scheduling.decisions import Decision
 from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
 from loadmaster.scheduling.status import Status
+
+if TYPE_CHECKING:
+    from loadmaster.scheduling.reservation import Reservation
 
 
 @dataclass(eq=False)
@@ -47,6 +50,9 @@ class Session:
     """Requests that could not be placed, by view and group (see allocate._dominated), this cycle."""
     flat_placements: dict[int, Any] = field(default_factory=dict)
     """Running jobs' placements flattened to arrays (reservation.FlatCache), kept across cycles."""
+    promised: dict[str, Reservation] = field(default_factory=dict)
+    """The last cycle's backfill reservations by job id, kept across cycles by the scheduler and
+    replaced by the backfill walk (see actions.promise)."""
     allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)
     """Allowed nodes per job shape, for this cycle (filters do not read free resources)."""
     admission: bool = False

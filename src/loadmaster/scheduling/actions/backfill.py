@@ -18,6 +18,7 @@ from collections.abc import Collection, Hashable, Iterator, Sequence
 
 from loadmaster.model import PendingJob, RunningJob, TaskPlacement
 from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, shape_of, try_place
+from loadmaster.scheduling.actions.promise import keep_promise, start_as_promised
 from loadmaster.scheduling.decisions import Bind, Reserve
 from loadmaster.scheduling.framework import ReservePlugin
 from loadmaster.scheduling.placement import Scoring
@@ -158,6 +159,7 @@ class _Walk:
         known = None if pending.bound or reserving else session.failed_shapes.get((key, shape))
         status = (
             self._too_late(ctx.now + run_s)
+            or start_as_promised(session, pending, view)
             or known  # failed on this very view before: the common case once the cluster is full
             or try_place(session, pending, self.scoring, view, key, job_shape=shape)
         )
@@ -231,6 +233,8 @@ def run(session: Session) -> None:
         if pending.job.id not in session.bound and pending.job.id not in walk.done:
             walk.visit(pending, starving=False)
     session.blocked.clear()  # every job now carries its own status from this walk
+    session.promised.clear()
+    session.promised.update((r.job_id, r) for r in walk.reservations)
 
 
 def _reserve(
@@ -250,6 +254,7 @@ def _reserve(
     found = earliest_start(
         pending, run_s, ctx=session.ctx, future=future, reservations=reservations, placer=placer
     )
+    found = keep_promise(session, pending, found, run_s=run_s, future=future, reservations=reservations)
     if found is None:
         return now_status
     reservations.append(found)
