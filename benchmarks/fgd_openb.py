@@ -122,7 +122,9 @@ def run_all(
     per seed with numpy's draws when ``source`` is "reference" (run after the timed experiment)."""
     tasks: list[Task] = [(name, seed, source) for name in POLICIES for seed in seeds]
     tasks.sort(key=lambda t: not t[0].startswith("FGD"))  # the slow ones first, for a balanced pool
-    with ProcessPoolExecutor(workers, initializer=_init_worker) as pool:
+    # No initializer: one that raises breaks the pool (BrokenProcessPool, the message lost); each
+    # worker loads the data at its first task instead, and an error there reaches this process.
+    with ProcessPoolExecutor(workers) as pool:
         started = time.perf_counter()
         done = list(pool.map(_one, tasks))
         wall = time.perf_counter() - started

@@ -667,7 +667,9 @@ def run_all(
             report(i + 1, task, rows[-1])
         return rows
     context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_init_worker) as pool:
+    # No initializer: a Pool whose initializer raises restarts the worker forever; run_task loads
+    # the same cached cluster and profiles, and an error there reaches this process with its message.
+    with context.Pool(workers) as pool:
         for i, row in enumerate(pool.imap_unordered(_run_indexed, list(enumerate(tasks)))):
             rows.append(row)
             report(i + 1, tasks[row["_index"]], row)
