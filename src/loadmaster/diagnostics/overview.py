@@ -33,6 +33,11 @@ OVERVIEW_METRICS = (
 )
 """Metrics the overview clusters, correlates and previews."""
 
+MIN_OVERVIEW_S = 300.0
+"""Shortest trace the clusters are drawn from: one peer window (:func:`window_z`). On a few
+seconds of data the features (spread, periodicity) are noise, and k-medoids splits healthy GPUs
+into 'minority' clusters."""
+
 
 @dataclass(frozen=True)
 class Overview:
@@ -48,6 +53,8 @@ class Overview:
     """Per GPU: (lag in steps, correlation) of its SM activity against the job median."""
     change_points_s: list[float]
     """Change points of the job-median SM activity (seconds)."""
+    notes: tuple[str, ...] = ()
+    """What the views could not use, said plainly (a metric absent from the data, a trace too short)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict."""
@@ -58,6 +65,7 @@ class Overview:
             "metric_correlation": self.metric_corr,
             "rank_lag": {k: {"lag_steps": v[0], "corr": round(v[1], 4)} for k, v in self.rank_lag.items()},
             "change_points_s": self.change_points_s,
+            "notes": list(self.notes),
         }
 
 
@@ -88,30 +96,52 @@ def window_z(frame: JobFrame, key: str, window_s: float = 300.0) -> FloatArray:
     return robust_z(means, floor)
 
 
+def _largest_abs(row: FloatArray) -> float:
+    finite = row[np.isfinite(row)]
+    return round(float(np.max(np.abs(finite))), 2) if finite.size else 0.0
+
+
 def overview(frame: JobFrame) -> Overview:
-    """Every narrowing-down view of ``frame``."""
+    """Every narrowing-down view of ``frame``; ``notes`` says what it had to leave out and why.
+
+    A metric absent from the data (all NaN) is left out of the peer z-scores
+    and correlations; a trace shorter than :data:`MIN_OVERVIEW_S` gets no
+    clusters, so no GPU is named a suspect on too little data.
+    """
     names = [g.name for g in frame.gpus]
+    absent = [k for k in OVERVIEW_METRICS if not np.isfinite(frame.metric(k)).any()]
+    present = [k for k in OVERVIEW_METRICS if k not in absent]
+    notes = []
+    if absent:
+        notes.append(f"not in the data: {', '.join(absent)} (left out of the peer z-scores and correlations)")
+    span_s = frame.times_s.size * frame.step_s
     sm = frame.metric("SM_ACTIVE")
-    feats = features(np.nan_to_num(sm, nan=np.nanmedian(sm) if np.isfinite(sm).any() else 0.0))
-    clusters = k_medoids(feats) if len(names) >= 4 else None
+    clusters = None
+    if "SM_ACTIVE" in absent:
+        notes.append("no SM_ACTIVE: no clusters, suspects, rank lags or change points")
+    elif span_s < MIN_OVERVIEW_S:
+        notes.append(
+            f"the data covers {span_s:.0f} s, less than the {MIN_OVERVIEW_S:.0f} s the clusters need "
+            "(one peer window): no clusters and no suspects"
+        )
+    elif len(names) >= 4:
+        clusters = k_medoids(features(np.nan_to_num(sm, nan=float(np.nanmedian(sm)))))
     labels = clusters.labels.tolist() if clusters is not None else [0] * len(names)
     suspects = tuple(names[r] for r in clusters.minority()) if clusters is not None else ()
     peer = {}
-    for key in OVERVIEW_METRICS:
+    for key in present:
         z = window_z(frame, key)
-        peer[key] = {
-            n: round(float(np.nanmax(np.abs(z[i]))), 2) if z.shape[1] else 0.0 for i, n in enumerate(names)
-        }
-    dev = {k: frame.metric(k) - nanmedian(frame.metric(k), axis=0) for k in OVERVIEW_METRICS}
-    mc = {
-        a: {b: round(corr(dev[a].ravel(), dev[b].ravel()), 3) for b in OVERVIEW_METRICS}
-        for a in OVERVIEW_METRICS
-    }
-    smooth = rolling_mean(sm, max(1, round(30.0 / frame.step_s)))
-    med = nanmedian(smooth, axis=0)
+        peer[key] = {n: _largest_abs(z[i]) for i, n in enumerate(names)}
+    dev = {k: frame.metric(k) - nanmedian(frame.metric(k), axis=0) for k in present}
+    mc = {a: {b: round(corr(dev[a].ravel(), dev[b].ravel()), 3) for b in present} for a in present}
+    lag: dict[str, tuple[int, float]] = {}
+    cps: list[int] = []
     thin = max(1, sm.shape[1] // 4000)
-    lag = {n: lagged_corr(sm[i, ::thin], nanmedian(sm, axis=0)[::thin], 5) for i, n in enumerate(names)}
-    cps = change_points(med[::thin], min_size=max(5, 60 // max(1, round(frame.step_s * thin))))
+    if "SM_ACTIVE" not in absent:
+        smooth = rolling_mean(sm, max(1, round(30.0 / frame.step_s)))
+        med = nanmedian(smooth, axis=0)
+        lag = {n: lagged_corr(sm[i, ::thin], nanmedian(sm, axis=0)[::thin], 5) for i, n in enumerate(names)}
+        cps = change_points(med[::thin], min_size=max(5, 60 // max(1, round(frame.step_s * thin))))
     return Overview(
         cluster_labels=dict(zip(names, (int(v) for v in labels), strict=True)),
         suspects=suspects,
@@ -119,4 +149,5 @@ def overview(frame: JobFrame) -> Overview:
         metric_corr=mc,
         rank_lag=lag,
         change_points_s=[float(frame.times_s[min(c * thin, frame.times_s.size - 1)]) for c in cps],
+        notes=tuple(notes),
     )
