@@ -45,3 +45,19 @@ def test_the_tool_names_a_bad_input(tmp_path: Path) -> None:
     done = _run(go, tmp_path, "-pods", str(bad), "-gpus", "1", "-nodes", "1")
     assert done.returncode != 0  # `go run` reports the tool's exit status 2 as its own 1
     assert f"{bad} line 2: num_gpu and gpu_milli must be numbers" in done.stderr
+
+
+def test_a_pod_list_asking_more_than_the_ratio_is_tuned_down(tmp_path: Path) -> None:
+    # As the authors' tuneDownPods: pods leave the shuffled list at random until the rest ask for
+    # no more than 1.3 x the GPUs; none are drawn. Ten 1-GPU pods, 4 GPUs: 5 leave.
+    go = _go()
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + "".join(f"p{i},1,1,1,1000\n" for i in range(10))
+    )
+    done = _run(go, tmp_path, "-pods", str(pods), "-gpus", "4", "-nodes", "1", "-seeds", "42")
+    assert done.returncode == 0, done.stderr
+    seed = json.loads(done.stdout)["seeds"][0]
+    assert sorted(seed["shuffle"]) == list(range(10))
+    assert len(seed["dropped"]) == len(set(seed["dropped"])) == 5
+    assert seed["drawn"] == []

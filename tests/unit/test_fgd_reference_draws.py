@@ -17,6 +17,7 @@ from loadmaster.errors import ConfigError
 from loadmaster.validation.fgd import (
     LEVELS,
     OpenbData,
+    arrivals,
     discrete_curve,
     load_openb,
     load_reference_draws,
@@ -127,3 +128,39 @@ def test_unreadable_draws_name_the_file(openb: OpenbData, tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="not JSON") as caught:
         load_reference_draws(garbled, openb)
     assert caught.value.source == str(garbled)
+
+
+# A pod list that asks for more than 130% of the cluster's GPUs (the FGD artifact's multigpu30-50):
+# the authors' simulator drops pods at random from the shuffled list (tuneDownPods) rather than
+# drawing more. Ten 1-GPU pods on one 4-GPU node ask for 250%: 5 stay (5 GPUs <= 1.3 x 4 = 5.2).
+
+
+def _oversized(tmp_path: Path) -> OpenbData:
+    pods = tmp_path / "openb_pod_list_big.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+        + "".join(f"p{i},1000,1024,1,1000\n" for i in range(10))
+    )
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,96000,786432,4,V100M16\n")
+    return load_openb(pods, nodes)
+
+
+def test_a_pod_list_asking_more_than_the_ratio_loses_pods_at_random(tmp_path: Path) -> None:
+    data = _oversized(tmp_path)
+    order = arrivals(data, np.random.default_rng(0))
+    assert len(order) == 5
+
+
+def test_reference_draws_drop_the_pods_the_authors_dropped(tmp_path: Path) -> None:
+    data = _oversized(tmp_path)
+    draws = {"seed": 42, "shuffle": [3, 1, 4, 0, 5, 9, 2, 6, 8, 7], "dropped": [4, 9, 2, 8, 7], "drawn": []}
+    document = {"pods": 10, "nodes": 1, "ratio": 1.3, "seeds": [{**draws, "node_rank": [0]}]}
+    path = tmp_path / "draws.json"
+    path.write_text(json.dumps(document))
+    loaded = load_reference_draws(path, data)[42]
+    assert loaded.pods.tolist() == [3, 1, 0, 5, 6]
+    document["seeds"][0]["dropped"] = [4, 4]
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=r"seeds\[0\]\.dropped"):
+        load_reference_draws(path, data)

@@ -78,6 +78,21 @@ def test_openb_gpu_share(num_gpu: int, gpu_milli: int, expected: int) -> None:
     assert pod_gpu_milli(num_gpu, gpu_milli) == expected
 
 
+def test_openb_pod_list_without_creation_times_is_read(tmp_path: Path) -> None:
+    # The multigpu lists of the FGD artifact (openb_pod_list_multigpu*.csv) have five columns only.
+    path = write(tmp_path, "pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli", "p0,12000,16384,2,1000")
+    trace = read_trace(path, "openb")
+    row = trace.table.to_pylist()[0]
+    assert pick(row, "job_id", "submit_s", "gpu_milli_per_task", "start_s", "status") == (
+        "p0",
+        0.0,
+        2000,
+        None,
+        "unknown",
+    )
+    assert trace.meta["submit_s"].startswith("no creation_time column")
+
+
 def test_openb_real_pod_list_reads_every_pod() -> None:
     trace = read_trace(reference_data("openb/openb_pod_list_default.csv"), "openb")
     assert len(trace) == 8152

@@ -5,9 +5,14 @@
 // The experiment seeds Go's global math/rand once and then, in this order:
 //  1. takes one Int (their simulator logs it);
 //  2. shuffles the trace's pods, sorted by name;
-//  3. draws pods with replacement (Intn over the pods sorted by name) until
-//     the next draw's per-GPU share would take the GPU requested past
-//     ratio x cluster GPUs (the drawn pod that stops it is not added);
+//  3. when the pods ask for less than ratio x cluster GPUs, draws pods with
+//     replacement (Intn over the pods sorted by name) until the next draw's
+//     per-GPU share would take the GPU requested past ratio x cluster GPUs
+//     (the drawn pod that stops it is not added); when they ask for more
+//     (the multigpu30-50 lists), removes pods at random instead (Intn over
+//     the shuffled list as it shrinks) until the rest ask for no more
+//     (their simulator's TunePodsByNodeTotalResource: tuneUpPods and
+//     tuneDownPods, pkg/simulator/simulator.go);
 //  4. loses ten draws to its Kubernetes informers, each of which takes one
 //     (a random watch timeout) as it starts watching before any node exists;
 //  5. permutes the nodes, sorted by name: node i's name is prefixed with
@@ -19,9 +24,10 @@
 // with 8, 9, 11 or 12 draws no seed does.
 //
 // Only the standard library is used. Output (JSON): the inputs, then per seed
-// "shuffle" (pod indices, in file order, in arrival order), "drawn" (pod
-// indices added after them) and "node_rank" (per node in file order, its
-// place in the tie-break, 0 first).
+// "shuffle" (pod indices, in file order, in arrival order), "dropped" (pod
+// indices removed from the shuffled list, in removal order; only when some
+// were), "drawn" (pod indices added after them) and "node_rank" (per node in
+// file order, its place in the tie-break, 0 first).
 //
 //	cd tools/openb-draws && go run . -pods PODS.csv -gpus 6212 -nodes 1213 -seeds 42-51
 package main
@@ -56,6 +62,7 @@ type output struct {
 type seedDraws struct {
 	Seed     int64 `json:"seed"`
 	Shuffle  []int `json:"shuffle"`
+	Dropped  []int `json:"dropped,omitempty"`
 	Drawn    []int `json:"drawn"`
 	NodeRank []int `json:"node_rank"`
 }
@@ -133,18 +140,29 @@ func draws(seed int64, pods []pod, byName []int, nodes int, capacityMilli int64,
 	}
 	target := ratio * float64(capacityMilli)
 	drawn := []int{}
-	for {
-		p := byName[rand.Intn(len(byName))]
-		if float64(requested+pods[p].milliGpu) > target {
-			break
+	dropped := []int{}
+	if float64(requested) > target {
+		left := append([]int(nil), order...)
+		for float64(requested) > target {
+			at := rand.Intn(len(left))
+			requested -= pods[left[at]].milliGpu * pods[left[at]].gpus
+			dropped = append(dropped, left[at])
+			left = append(left[:at], left[at+1:]...)
 		}
-		requested += pods[p].milliGpu * pods[p].gpus
-		drawn = append(drawn, p)
+	} else if float64(requested) < target {
+		for {
+			p := byName[rand.Intn(len(byName))]
+			if float64(requested+pods[p].milliGpu) > target {
+				break
+			}
+			requested += pods[p].milliGpu * pods[p].gpus
+			drawn = append(drawn, p)
+		}
 	}
 	for i := 0; i < informerDraws; i++ {
 		rand.Float64()
 	}
-	return seedDraws{Seed: seed, Shuffle: order, Drawn: drawn, NodeRank: rand.Perm(nodes)}
+	return seedDraws{Seed: seed, Shuffle: order, Dropped: dropped, Drawn: drawn, NodeRank: rand.Perm(nodes)}
 }
 
 func main() {

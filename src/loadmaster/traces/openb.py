@@ -3,7 +3,9 @@
 The pod list (``openb_pod_list_*.csv``) has a header naming ``name``,
 ``cpu_milli``, ``memory_mib``, ``num_gpu``, ``gpu_milli``, ``gpu_spec``, ``qos``,
 ``pod_phase``, ``creation_time``, ``deletion_time`` and ``scheduled_time``. A pod
-is a job of one task. Its GPU share follows the FGD simulator's reading:
+is a job of one task (``name``, ``num_gpu`` and ``gpu_milli`` are required; a list
+without ``creation_time`` has every pod submitted at 0, and its metadata says
+so). Its GPU share follows the FGD simulator's reading:
 ``num_gpu`` 0 asks for no GPU, 1 for ``gpu_milli`` of one GPU, and more than
 one for that many whole GPUs (``gpu_milli`` must then be 1000).
 
@@ -21,14 +23,20 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from loadmaster.traces.header import Header, header_rows, whole
 from loadmaster.traces.rows import Row, RowError, TraceError, bad, number
 from loadmaster.traces.source import Lines, open_text
 
-REQUIRED = ("name", "num_gpu", "gpu_milli", "creation_time")
-"""Pod-list columns a file must have; the others fill more of the table when present."""
+REQUIRED = ("name", "num_gpu", "gpu_milli")
+"""Pod-list columns a file must have; the others fill more of the table when present. The
+``multigpu`` lists of the FGD artifact have only ``name,cpu_milli,memory_mib,num_gpu,gpu_milli``."""
+
+NO_CREATION_TIME = "no creation_time column: every pod is submitted at t=0"
+"""The metadata's ``submit_s`` note for a pod list without creation times (the FGD experiment,
+which shuffles the pods, does not use them)."""
 
 _PHASE = {"Succeeded": "completed", "Failed": "failed", "Running": "running", "Pending": "cancelled"}
 """Kubernetes pod phase as recorded; any other phase is ``unknown``."""
@@ -39,13 +47,19 @@ NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 
 def read_openb(lines: Lines, meta: dict[str, str]) -> Iterator[tuple[int, Row | RowError]]:
     """Rows of the canonical table from an openb pod list, one job of one task per pod."""
-    return header_rows(lines, meta, REQUIRED, _pod, hint="an openb pod list starts with its header")
+    return header_rows(
+        lines, meta, REQUIRED, partial(_pod, meta), hint="an openb pod list starts with its header"
+    )
 
 
-def _pod(f: dict[str, str]) -> Row:
+def _pod(meta: dict[str, str], f: dict[str, str]) -> Row:
     num_gpu = whole(f["num_gpu"], "num_gpu")
     gpu_milli = whole(f["gpu_milli"], "gpu_milli")
-    submit = number(f["creation_time"], "creation_time")
+    if "creation_time" in f:
+        submit = number(f["creation_time"], "creation_time")
+    else:
+        submit = 0.0  # the table needs a submission time; the metadata says there was none
+        meta["submit_s"] = NO_CREATION_TIME
     start = _time(f, "scheduled_time")
     end = _time(f, "deletion_time")
     if start is not None and end is not None and end < start:

@@ -127,12 +127,18 @@ def node_table(nodes: Sequence[OpenbNode]) -> NodeTable:
 def arrivals(data: OpenbData, rng: np.random.Generator, ratio: float = 1.3) -> IntArray:
     """Shape indices in arrival order: the trace shuffled, then draws with replacement up to ``ratio``.
 
-    As the authors' simulator does, drawing stops at the first pod whose
-    per-GPU share would take the requested total past ``ratio`` of the GPUs.
+    As the authors' simulator does (``TunePodsByNodeTotalResource``), drawing
+    stops at the first pod whose per-GPU share would take the requested total
+    past ``ratio`` of the GPUs; a trace that already asks for more loses pods
+    at random positions of the shuffled list until it asks for no more.
     """
     order = list(data.pods[rng.permutation(len(data.pods))])
     target = ratio * data.total_gpus * MILLI_PER_GPU
     requested = sum(data.shapes[s].gpu_milli for s in order)
+    if requested >= target:
+        while requested > target:
+            requested -= data.shapes[order.pop(int(rng.integers(len(order))))].gpu_milli
+        return np.array(order, dtype=np.int64)
     while True:
         shape = int(data.pods[rng.integers(len(data.pods))])
         request = data.shapes[shape]
@@ -255,7 +261,8 @@ class ReferenceDraws:
 
     seed: int
     pods: IntArray
-    """Pod indices (file order) in arrival order: the trace shuffled, then the pods drawn to the ratio."""
+    """Pod indices (file order) in arrival order: the trace shuffled, less the pods dropped from a
+    trace that asks for more than the ratio, then the pods drawn to the ratio."""
     node_order: IntArray
     """Node indices (file order), the one that wins a score tie first."""
 
@@ -295,14 +302,19 @@ def _seed_draws(source: str, where: str, entry: Any, pods: int, nodes: int) -> R
     if not isinstance(entry, dict) or not isinstance(entry.get("seed"), int):
         raise ConfigError(source, where, "want an object with an integer seed, shuffle, drawn and node_rank")
     shuffle = _indices(source, f"{where}.shuffle", entry.get("shuffle"), pods)
+    dropped = _indices(source, f"{where}.dropped", entry.get("dropped", []), pods)
     drawn = _indices(source, f"{where}.drawn", entry.get("drawn"), pods)
     rank = _indices(source, f"{where}.node_rank", entry.get("node_rank"), nodes)
     if len(shuffle) != pods or len(np.unique(shuffle)) != pods:
         raise ConfigError(source, f"{where}.shuffle", f"must hold each of the {pods} pods once")
     if len(rank) != nodes or len(np.unique(rank)) != nodes:
         raise ConfigError(source, f"{where}.node_rank", f"must hold each rank 0-{nodes - 1} once")
+    if len(np.unique(dropped)) != len(dropped) or (len(dropped) and len(drawn)):
+        message = "must name distinct pods, and only when none are drawn (a trace is tuned up or down)"
+        raise ConfigError(source, f"{where}.dropped", message)
+    kept = shuffle[~np.isin(shuffle, dropped)]  # removing pods keeps the others' order
     # Node i carries the prefix rank[i]; the smallest prefix wins a tie, so it goes first.
-    return ReferenceDraws(int(entry["seed"]), np.concatenate([shuffle, drawn]), np.argsort(rank))
+    return ReferenceDraws(int(entry["seed"]), np.concatenate([kept, drawn]), np.argsort(rank))
 
 
 def _indices(source: str, field: str, value: Any, size: int) -> IntArray:
