@@ -10,10 +10,11 @@ from __future__ import annotations
 import pytest
 
 from builders import JobBuilder, a_cluster, a_job, by_id, profile, trace
-from loadmaster.model import TraceJob
+from loadmaster.model import Job, TaskRequest, TraceJob
 from loadmaster.scheduling import Scheduler
 from loadmaster.sim import SimOptions, simulate
 from loadmaster.sim.events import EventQueue, Kind
+from loadmaster.validation import rlscheduler
 
 
 def exact(job: JobBuilder, duration_s: float) -> TraceJob:
@@ -88,11 +89,13 @@ def test_end_before_reservation_forbids_spare_gpus_and_ending_at_the_reserved_st
 
 @pytest.mark.parametrize(("submission_order", "first"), [(False, "q"), (True, "p")])
 def test_submission_order_backfills_first_come_first_served(submission_order: bool, first: str) -> None:
-    # "h" (3 GPUs, shortest) reserves t=100; p and q (1 GPU each) both end before it but only one fits.
+    # "h" (3 GPUs, shortest) reserves t=100; when z ends at t=10, p and q (1 GPU each, p submitted
+    # first, q shorter) both end before the reservation but only one fits.
     jobs = [
         exact(a_job("a").gpus(2).submitted(0), 100),
-        exact(a_job("h").gpus(3).submitted(3), 10),
-        exact(a_job("p").gpus(1).submitted(3), 60),
+        exact(a_job("z").gpus(1).submitted(0), 10),
+        exact(a_job("h").gpus(3).submitted(1), 10),
+        exact(a_job("p").gpus(1).submitted(2), 60),
         exact(a_job("q").gpus(1).submitted(3), 50),
     ]
     args: dict[str, dict[str, object]] = {
@@ -101,8 +104,29 @@ def test_submission_order_backfills_first_come_first_served(submission_order: bo
 
     started = starts_of(("sjf", "backfill"), args, jobs, gpus=3)
 
-    assert started[first] == 3.0
+    assert started[first] == 10.0
     assert started["h"] == 100.0
+
+
+def test_submission_order_keeps_the_policys_order_among_equal_submit_times() -> None:
+    # The reference (HPCSimPickJobs.py, moveforward_for_resources_backfill_greedy) re-sorts its queue
+    # by submit time with Python's stable sort before each backfill pass, so among equal submit times
+    # the jobs stay in the order of the policy's last sort. On a 10-processor machine: R holds all 10
+    # until t=100; h0 (5) is the head meanwhile and starts at 100, until 150; a, b, s (submitted
+    # together at t=2) were queued behind it. SJF then picks s (6, the shortest) as head: it reserves
+    # t=150; a (ends 130) and b (ends 120) both fit before it but only one fits now: b, ahead of a
+    # by SJF (job-number order would pick a).
+    specs = [("1", 10, 0, 100), ("2", 5, 1, 50), ("3", 5, 2, 30), ("4", 5, 2, 20), ("5", 6, 2, 10)]
+    jobs = [
+        TraceJob(Job(i, "", "", float(t), 1, TaskRequest(gpu_milli=n * 1000), float(d)), float(d))
+        for i, n, t, d in specs
+    ]
+    chosen = rlscheduler.profile("SJF", backfill=True)
+    table = simulate(rlscheduler.machine(10), Scheduler(chosen), jobs, rlscheduler.OPTIONS).jobs
+    started = by_id(table, "start_s")
+
+    assert (started["2"], started["4"], started["5"]) == (100.0, 100.0, 150.0)
+    assert started["3"] > 100.0
 
 
 def test_arrivals_first_swaps_the_tie_order_and_pop_next_takes_one_event() -> None:

@@ -207,11 +207,16 @@ class _Walk:
         )
 
     def order(self, queue: Collection[PendingJob]) -> Iterator[PendingJob]:
-        """``queue`` in order; with ``backfill_by_submission``, by submission once a job has reserved."""
+        """``queue`` in order; with ``backfill_by_submission``, by submission once a job has reserved.
+
+        The sort is stable on submit time alone, so jobs submitted together stay in queue order,
+        as in RLScheduler, whose backfill pass re-sorts its policy-sorted queue with Python's
+        stable sort by submit time.
+        """
         items = list(queue)
         for i, pending in enumerate(items):
             if self.reservations and self.plugin.backfill_by_submission:
-                yield from sorted(items[i:], key=lambda p: (p.job.submit_s, p.job.id))
+                yield from sorted(items[i:], key=lambda p: p.job.submit_s)
                 return
             yield pending
 

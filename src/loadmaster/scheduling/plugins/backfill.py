@@ -56,7 +56,8 @@ class BackfillArgs:
     never on GPUs a reservation leaves spare (RLScheduler's rule); False: EASY's shadow rule."""
     submission_order: bool = False
     """Once a job has reserved, try the rest of the queue in submission order rather than queue
-    order (RLScheduler backfills first come, first served whatever the queue's policy)."""
+    order (RLScheduler backfills first come, first served whatever the queue's policy); jobs
+    submitted at the same time keep their queue order (RLScheduler's sort is stable)."""
 
     def __post_init__(self) -> None:
         if self.depth < 1:
