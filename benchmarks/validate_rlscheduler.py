@@ -10,9 +10,14 @@ when our value and the published one agree to 2 decimals (differ by at most
 0.005), for the mean and for every sequence.
 
     python benchmarks/validate_rlscheduler.py [--workers N]
+    python benchmarks/validate_rlscheduler.py --trace OTHER.swf --reference REF.json \
+        [--entry NAME] [--procs N] [--out results.json]
 
-Prints both tables and the per-sequence differences and writes
-benchmarks/results/validate_rlscheduler.json.
+Prints both tables (ours / published in each cell) and the per-sequence
+differences and writes benchmarks/results/validate_rlscheduler.json (or
+``--out``). ``--entry`` names the reference JSON's entry (default: the trace's
+file name); ``--procs`` the machine's processors (default: the entry's
+``MaxProcs``, else the trace's ``MaxProcs`` header, else 256).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+from loadmaster.traces import read_trace
 from loadmaster.validation.rlscheduler import (
+    MACHINE_PROCS,
     POLICIES,
     Cell,
     Reference,
@@ -73,11 +80,11 @@ def compare(ours: Cell, reference: Reference, metric: str) -> dict[str, object]:
     }
 
 
-def print_tables(ours: Table, published: Reference) -> None:
+def print_tables(ours: Table, published: Reference, trace: str) -> None:
     policies = list(POLICIES)
     for metric, title in METRICS:
         digits = 2 if metric == "bsld" else 4
-        print(f"\n{title}: ours / published (Lublin-1, mean of 10 sequences)")
+        print(f"\n{title}: ours / published ({trace}, mean of {len(published.starts)} sequences)")
         print(f"{'':<14}" + "".join(f"{p:>24}" for p in policies))
         for backfill, mode in MODES:
             row = ""
@@ -103,18 +110,39 @@ def print_sequences(ours: Table, published: Reference) -> None:
                 )
 
 
+def machine_procs(requested: int | None, published: Reference, trace: Path) -> int:
+    """``--procs``, else the reference entry's MaxProcs, else the trace's MaxProcs header, else 256."""
+    if requested is not None:
+        return requested
+    if published.procs is not None:
+        return published.procs
+    header = read_trace(trace, "swf").meta.get("MaxProcs")
+    return int(header) if header and header.isdigit() and int(header) > 0 else MACHINE_PROCS
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 1, 10))
+    parser.add_argument("--trace", type=Path, default=TRACE, help="SWF trace (default: Lublin-1)")
+    parser.add_argument("--reference", type=Path, default=REFERENCE, help="per-sequence reference JSON")
+    parser.add_argument(
+        "--entry", default=None, help="entry of the reference JSON (default: the trace's name)"
+    )
+    parser.add_argument("--procs", type=int, default=None, help="processors of the machine")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON to write")
     args = parser.parse_args()
-    for path in (TRACE, REFERENCE):
+    for path in (args.trace, args.reference):
         if not path.exists():
             sys.exit(f"missing {path} (see data/reference/README.md)")
-    published = read_reference(REFERENCE)
+    if args.procs is not None and args.procs < 1:
+        sys.exit(f"--procs must be at least 1, got {args.procs}")
+    entry = args.entry or args.trace.name
+    published = read_reference(args.reference, entry)
+    procs = machine_procs(args.procs, published, args.trace)
     started = time.perf_counter()
-    ours = reproduce(TRACE, starts=published.starts, workers=args.workers)
+    ours = reproduce(args.trace, starts=published.starts, workers=args.workers, procs=procs)
     wall_s = time.perf_counter() - started
-    print_tables(ours, published)
+    print_tables(ours, published, entry)
     print_sequences(ours, published)
     cells = {
         f"{policy} {'backfill' if backfill else 'no backfill'} {metric}": compare(
@@ -128,10 +156,14 @@ def main() -> None:
     print(f"\n{passed} of {len(cells)} cells agree to 2 decimals, mean and every sequence; {wall_s:.1f} s")
     result = {
         "benchmark": "validate_rlscheduler",
-        "command": "python benchmarks/validate_rlscheduler.py",
-        "setup": "lublin_256.swf, 10 sequences x 1,024 jobs, 256 processors as one node of 256 GPU "
-        "slots; RLScheduler switches: cycle per event, arrivals first, committed head, "
-        "backfill ending strictly before the reservation, in submission order",
+        "command": "python benchmarks/validate_rlscheduler.py"
+        + ("" if args.trace == TRACE else f" --trace {args.trace.name}")
+        + ("" if args.entry is None else f" --entry {args.entry}")
+        + ("" if args.procs is None else f" --procs {args.procs}"),
+        "setup": f"{args.trace.name} (reference entry {entry}), {len(published.starts)} sequences x "
+        f"1,024 jobs, {procs} processors as one node of {procs} GPU slots; RLScheduler switches: "
+        "cycle per event, arrivals first, committed head, backfill ending strictly before the "
+        "reservation, in submission order",
         "reference": "DIR-LAB/deep-batch-scheduler README (Zhang et al., SC'20), per-sequence values "
         "in rlscheduler_reference_heuristics.json",
         "machine": {
@@ -147,9 +179,9 @@ def main() -> None:
         "cells_total": len(cells),
         "pass": passed == len(cells),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

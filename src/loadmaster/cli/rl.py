@@ -34,10 +34,13 @@ from loadmaster.rl.evaluate import (
 from loadmaster.validation.deepjs import heuristics
 from loadmaster.validation.deepjs_learned import TEST_CHUNKS, DeepJSChunks, compare_choosers
 from loadmaster.validation.rlscheduler import (
+    MACHINE_PROCS,
+    POLICIES,
     SEQUENCE_STARTS,
     SHIPPED_CHECKPOINTS,
     TraceWindows,
     compare_learned,
+    read_reference,
 )
 
 if TYPE_CHECKING:
@@ -233,26 +236,52 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
 
 
 @app.command("eval-rlscheduler")
-def eval_rlscheduler(
+def eval_rlscheduler(  # noqa: PLR0917 - typer maps each option to a parameter
     trace: Annotated[Path, typer.Option(help="Lublin-1 (lublin_256.swf) or another SWF trace")],
     checkpoint: Annotated[str, typer.Option(help="Shipped name or a policy .npz (both modes)")] = "",
     sequences: Annotated[int, typer.Option(help="How many of the protocol's ten sequences to run")] = 10,
+    policies: Annotated[str, typer.Option(help=f"Heuristics beside it: {', '.join(POLICIES)}")] = "SJF,F1",
+    reference: Annotated[
+        Path | None, typer.Option(help="Per-sequence reference JSON: its starts, and its values beside ours")
+    ] = None,
+    entry: Annotated[str, typer.Option(help="Entry of the reference JSON (default: the trace's name)")] = "",
+    procs: Annotated[int, typer.Option(help="Processors of the machine")] = MACHINE_PROCS,
 ) -> None:
-    """The learned order against SJF and F1 on the RLScheduler protocol's sequences, without and with
-    backfilling (default checkpoints: lublin, lublin-backfill)."""
+    """The learned order against published heuristics (default SJF and F1) on the RLScheduler
+    protocol's sequences, without and with backfilling (default checkpoints: lublin,
+    lublin-backfill). With ``--reference``, each heuristic's cell reads ours / published."""
     _existing(trace)
-    if not 1 <= sequences <= len(SEQUENCE_STARTS):
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown or not names:
         raise ConfigError(
-            "rl eval-rlscheduler", "--sequences", f"1 to {len(SEQUENCE_STARTS)}, got {sequences}"
+            "rl eval-rlscheduler", "--policies", f"one or more of {', '.join(POLICIES)}, got {policies!r}"
         )
+    if procs < 1:
+        raise ConfigError("rl eval-rlscheduler", "--procs", f"at least 1, got {procs}")
+    published = read_reference(reference, entry or trace.name) if reference is not None else None
+    starts = published.starts if published is not None else SEQUENCE_STARTS
+    if not 1 <= sequences <= len(starts):
+        raise ConfigError("rl eval-rlscheduler", "--sequences", f"1 to {len(starts)}, got {sequences}")
     chosen = {False: checkpoint, True: checkpoint} if checkpoint else SHIPPED_CHECKPOINTS
-    table = compare_learned(trace, chosen, SEQUENCE_STARTS[:sequences])
+    table = compare_learned(trace, chosen, starts[:sequences], policies=names, procs=procs)
     title = f"RLScheduler protocol on {trace.name}: mean bounded slowdown over {sequences} sequences"
+    if published is not None:
+        title += " (ours / published)"
     view = Table(title=title)
-    for column in ("mode", "learned", "SJF", "F1"):
+    for column in ("mode", "learned", *names):
         view.add_column(column)
-    for mode, row in table.items():
-        view.add_row(mode, *(f"{row[name]:.2f}" for name in ("learned", "SJF", "F1")))
+    for backfill in (False, True):
+        mode = "backfill" if backfill else "no backfill"
+        row = table[mode]
+        cells = [f"{row['learned']:.2f}"]
+        for name in names:
+            cell = f"{row[name]:.2f}"
+            if published is not None:
+                theirs = published.cells[name, backfill].bsld[:sequences]
+                cell += f" / {sum(theirs) / len(theirs):.2f}"
+            cells.append(cell)
+        view.add_row(mode, *cells)
     console.print(view)
 
 

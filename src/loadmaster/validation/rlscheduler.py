@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loadmaster.errors import ModelError
+from loadmaster.errors import ConfigError, ModelError
 from loadmaster.metrics.summary import bounded_slowdown
 from loadmaster.model import Job, Node, NodeTable, ResourceType, TaskRequest, TraceJob
 from loadmaster.scheduling import PluginSpec, Profile, Scheduler, build_profile
@@ -212,17 +212,20 @@ class TraceWindows:
 
 
 def run_sequence(
-    jobs: Sequence[TraceJob], policy: str | Profile, backfill: bool = False
+    jobs: Sequence[TraceJob], policy: str | Profile, backfill: bool = False, procs: int = MACHINE_PROCS
 ) -> tuple[float, float]:
     """Mean bounded slowdown and utilisation of one sequence under ``policy`` (a published policy's
-    name, run with or without ``backfill``, or a ready profile)."""
+    name, run with or without ``backfill``, or a ready profile) on a machine of ``procs`` processors."""
     chosen = profile(policy, backfill) if isinstance(policy, str) else policy
-    table = simulate(machine(), Scheduler(chosen), jobs, OPTIONS).jobs
+    wide = [j.job.id for j in jobs if j.job.request.gpu_milli > procs * 1000]
+    if wide:
+        raise ModelError(f"job {wide[0]} asks for more than the machine's {procs} processors")
+    table = simulate(machine(procs), Scheduler(chosen), jobs, OPTIONS).jobs
     if np.isnan(table.start_s).any():
         raise ModelError(f"{chosen.name}: {int(np.isnan(table.start_s).sum())} job(s) never started")
     bsld = float(np.mean(bounded_slowdown(table.wait_s, table.duration_s)))
     span_s = float(table.start_s.max() - table.submit_s.min())
-    utilisation = float(np.sum(table.duration_s * table.gpus) / (span_s * MACHINE_PROCS))
+    utilisation = float(np.sum(table.duration_s * table.gpus) / (span_s * procs))
     return bsld, utilisation
 
 
@@ -232,14 +235,16 @@ def reproduce(
     modes: Iterable[bool] = (False, True),
     starts: Sequence[int] = SEQUENCE_STARTS,
     workers: int = 1,
+    *,
+    procs: int = MACHINE_PROCS,
 ) -> Table:
-    """Every (policy, backfill) cell of the table, from the trace at ``path``.
+    """Every (policy, backfill) cell of the table, from the trace at ``path``, on ``procs`` processors.
 
     ``workers`` > 1 runs the cells in that many processes (the runs are
     independent and deterministic, so the table is the same).
     """
     cells = [(policy, backfill) for backfill in modes for policy in policies]
-    tasks = [(path, policy, backfill, tuple(starts)) for policy, backfill in cells]
+    tasks = [(path, policy, backfill, tuple(starts), procs) for policy, backfill in cells]
     if workers <= 1:
         return {cell: _cell(*task) for cell, task in zip(cells, tasks, strict=True)}
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -251,19 +256,23 @@ def _jobs(path: Path) -> list[TraceJob]:
     return read_jobs(path)
 
 
-def _cell(path: Path, policy: str, backfill: bool, starts: tuple[int, ...]) -> Cell:
+def _cell(path: Path, policy: str, backfill: bool, starts: tuple[int, ...], procs: int) -> Cell:
     jobs = _jobs(path)
-    runs = [run_sequence(jobs[s : s + SEQUENCE_JOBS], policy, backfill) for s in starts]
+    runs = [run_sequence(jobs[s : s + SEQUENCE_JOBS], policy, backfill, procs) for s in starts]
     return Cell(policy, backfill, tuple(b for b, _ in runs), tuple(u for _, u in runs))
 
 
 def learned_cell(
-    path: Path, checkpoint: str, backfill: bool, starts: Sequence[int] = SEQUENCE_STARTS
+    path: Path,
+    checkpoint: str,
+    backfill: bool,
+    starts: Sequence[int] = SEQUENCE_STARTS,
+    procs: int = MACHINE_PROCS,
 ) -> Cell:
     """The ``learned`` order with ``checkpoint`` on the protocol's sequences, as a table cell."""
     jobs = _jobs(path)
     chosen = learned_profile(checkpoint, backfill)
-    runs = [run_sequence(jobs[s : s + SEQUENCE_JOBS], chosen) for s in starts]
+    runs = [run_sequence(jobs[s : s + SEQUENCE_JOBS], chosen, procs=procs) for s in starts]
     return Cell("learned", backfill, tuple(b for b, _ in runs), tuple(u for _, u in runs))
 
 
@@ -278,19 +287,22 @@ def compare_learned(
     *,
     cross: bool = False,
     workers: int = 2,
+    policies: Sequence[str] = ("SJF", "F1"),
+    procs: int = MACHINE_PROCS,
 ) -> dict[str, dict[str, float]]:
     """Mode ("no backfill", "backfill") -> mean bounded slowdown of ``learned`` (that mode's
-    checkpoint), SJF and F1 on the sequences at ``starts``; with ``cross``, also the other mode's
-    checkpoint in this mode ("learned (other mode's)")."""
-    heuristics = reproduce(path, policies=("SJF", "F1"), starts=starts, workers=workers)
+    checkpoint) and of ``policies`` (published heuristics) on the sequences at ``starts``, on
+    ``procs`` processors; with ``cross``, also the other mode's checkpoint in this mode
+    ("learned (other mode's)")."""
+    heuristics = reproduce(path, policies=policies, starts=starts, workers=workers, procs=procs)
     out: dict[str, dict[str, float]] = {}
     for backfill in (False, True):
-        row = {"learned": learned_cell(path, checkpoints[backfill], backfill, starts).mean_bsld}
+        row = {"learned": learned_cell(path, checkpoints[backfill], backfill, starts, procs).mean_bsld}
         if cross:
             row["learned (other mode's)"] = learned_cell(
-                path, checkpoints[not backfill], backfill, starts
+                path, checkpoints[not backfill], backfill, starts, procs
             ).mean_bsld
-        row.update({p: heuristics[p, backfill].mean_bsld for p in ("SJF", "F1")})
+        row.update({p: heuristics[p, backfill].mean_bsld for p in policies})
         out["backfill" if backfill else "no backfill"] = row
     return out
 
@@ -303,11 +315,19 @@ class Reference:
     cells: Table
     means: Mapping[tuple[str, bool, str], float]
     """(policy, backfill, "bsld" or "utilisation") -> the published mean (from unrounded values)."""
+    procs: int | None = None
+    """The machine's processors as the entry records them (``MaxProcs``), if it does."""
 
 
 def read_reference(path: Path, trace: str = "lublin_256.swf") -> Reference:
-    """The per-sequence reference values (``rlscheduler_reference_heuristics.json``)."""
-    results = json.loads(path.read_text())["results"][trace]
+    """The per-sequence reference values of entry ``trace`` (``rlscheduler_reference_heuristics.json``)."""
+    try:
+        entries = json.loads(path.read_text())["results"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(str(path), "results", f"want the reference JSON's results ({err})") from err
+    if trace not in entries:
+        raise ConfigError(str(path), f"results.{trace}", f"no such entry; entries: {', '.join(entries)}")
+    results = entries[trace]
     starts = tuple(int(s) for s in results["bsld_nobackfill"]["starts"])
     cells: Table = {}
     means: dict[tuple[str, bool, str], float] = {}
@@ -320,7 +340,8 @@ def read_reference(path: Path, trace: str = "lublin_256.swf") -> Reference:
             )
             means[policy, backfill, "bsld"] = float(bsld["mean"][name])
             means[policy, backfill, "utilisation"] = float(util["mean"][name])
-    return Reference(starts, cells, means)
+    procs = results.get("MaxProcs")
+    return Reference(starts, cells, means, int(procs) if isinstance(procs, int | float) else None)
 
 
 TOLERANCE = 0.005
