@@ -469,3 +469,77 @@ def test_missing_required_column_stops_at_the_header(tmp_path: Path, fmt: str) -
 
 def test_gpu_formats_are_registered() -> None:
     assert {"openb", "pai", "philly", "helios", "tiresias"} <= set(FORMATS)
+
+
+# --- Pollux ------------------------------------------------------------------------------------------
+
+
+def test_pollux_workload_rows_and_the_note_on_run_times() -> None:
+    trace = read_trace(FIXTURES / "pollux_workload_sample.csv", "pollux")
+    rows = rows_by_id(trace)
+    assert len(rows) == 6
+    assert pick(rows["imagenet-11"], "submit_s", "tasks", "gpu_milli_per_task", "duration_s", "status") == (
+        1604.0,
+        32,
+        1000,
+        None,
+        "unknown",
+    )
+    assert "add a duration column" in trace.meta["duration_s"]
+
+
+def test_pollux_run_times_come_from_a_duration_column(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "w.csv",
+        "name,time,application,num_replicas,batch_size,duration",
+        "ncf-2,135,ncf,1,32768,600",
+    )
+    trace = read_trace(path, "pollux")
+    assert trace.table.to_pylist()[0]["duration_s"] == 600.0
+    assert "duration_s" not in trace.meta
+
+
+@pytest.mark.parametrize(("line", "field"), [("a,soon,ncf,1,1", "time"), ("a,1,ncf,0,1", "num_replicas")])
+def test_pollux_bad_row_names_the_field(tmp_path: Path, line: str, field: str) -> None:
+    path = write(tmp_path, "w.csv", "name,time,application,num_replicas,batch_size", line)
+    with pytest.raises(TraceError) as caught:
+        read_trace(path, "pollux")
+    assert (caught.value.line, caught.value.field) == (2, field)
+
+
+# --- one published sample per format ------------------------------------------------------------------
+
+SAMPLES = {
+    "swf": "swf_sample.swf",
+    "sacct": "sacct_sample.txt",
+    "csv": "generic_sample.csv",
+    "openb": "openb_pod_list_sample.csv",
+    "pai": "pai_task_table.csv",
+    "philly": "philly_sample.json",
+    "helios": "helios_sample.csv",
+    "tiresias": "tiresias_60_job_sample.csv",
+    "gavel": "gavel_small_test.trace",
+    "pollux": "pollux_workload_sample.csv",
+}
+
+
+def test_every_format_has_a_sample_and_a_row_in_the_docs() -> None:
+    assert set(SAMPLES) == set(FORMATS)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "traces.md").read_text()
+    for name in FORMATS:
+        assert f"| `{name}` |" in docs, f"docs/traces.md's format table lacks {name}"
+        assert SAMPLES[name] in (FIXTURES / "README.md").read_text(), f"fixtures README lacks {SAMPLES[name]}"
+
+
+@pytest.mark.parametrize("fmt", sorted(SAMPLES))
+def test_every_sample_is_read(fmt: str) -> None:
+    trace = read_trace(FIXTURES / SAMPLES[fmt], fmt, on_error="skip")
+    assert len(trace) >= 2
+
+
+def test_the_openb_samples_keep_gpu_models_and_read_without_creation_times() -> None:
+    models = read_trace(FIXTURES / "openb_pod_list_sample.csv", "openb").table.column("gpu_model").to_pylist()
+    assert "V100M16|V100M32" in models and "T4" in models
+    multigpu = read_trace(FIXTURES / "openb_pod_list_multigpu_sample.csv", "openb")
+    assert multigpu.table.column("submit_s").to_pylist() == [0.0, 0.0]

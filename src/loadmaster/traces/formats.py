@@ -10,6 +10,7 @@ from loadmaster.traces.helios import read_helios
 from loadmaster.traces.openb import read_openb
 from loadmaster.traces.pai import read_pai
 from loadmaster.traces.philly import read_philly
+from loadmaster.traces.pollux import read_pollux
 from loadmaster.traces.rows import OnError, TraceError
 from loadmaster.traces.sacct import read_sacct
 from loadmaster.traces.source import Progress
@@ -30,6 +31,9 @@ FORMATS: dict[str, Format] = {
         Format("tiresias", "Tiresias job trace CSV (job_id,num_gpu,submit_time,...)", (), read_tiresias),
         Format(
             "gavel", "Gavel job trace (.trace: 10 tab-separated fields, no header)", (".trace",), read_gavel
+        ),
+        Format(
+            "pollux", "Pollux workload CSV (name,time,application,num_replicas,batch_size)", (), read_pollux
         ),
     )
 }
