@@ -10,7 +10,9 @@ import gzip
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 from conftest import reference_data, system_tool
 
@@ -61,3 +63,39 @@ def test_a_pod_list_asking_more_than_the_ratio_is_tuned_down(tmp_path: Path) -> 
     assert sorted(seed["shuffle"]) == list(range(10))
     assert len(seed["dropped"]) == len(set(seed["dropped"])) == 5
     assert seed["drawn"] == []
+
+
+def _benchmark(tmp_path: Path, *args: str) -> dict[str, Any]:
+    command = [sys.executable, str(ROOT / "benchmarks" / "fgd_openb.py"), "--seeds", "1", "--workers", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "GOCACHE": str(tmp_path / "gocache")}
+    done = subprocess.run(
+        [*command, *args], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(
+        (tmp_path / "out" / "fgd_openb_openb_pod_list_sample.json").read_text()
+    )
+    return result
+
+
+def test_the_fgd_benchmark_runs_any_pod_list_with_draws_written_afresh(tmp_path: Path) -> None:
+    # Another pod list than the shipped draws' (the openb sample, with GPU models) on two nodes: the
+    # benchmark writes the authors' draws for it with tools/openb-draws, and compares with the rows of
+    # --expected for that list's name (here our own Best-fit curve, written back as the authors').
+    _go()
+    fixtures = ROOT / "tests" / "fixtures" / "traces"
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,96000,786432,4,V100M16\nn1,64000,262144,2,T4\n")
+    args = ["--pods", str(fixtures / "openb_pod_list_sample.csv"), "--nodes", str(nodes)]
+    args += ["--expected", str(tmp_path / "none.csv"), "--out", str(tmp_path / "out")]
+    first = _benchmark(tmp_path, *args)
+    assert first["published"] == {} and "openb_pod_list_sample" in first["setup"]
+    curve = first["curves_ours"]["Best-fit"]
+    expected = tmp_path / "expected.csv"
+    header = "workload,sc_policy,tune,seed,total_gpus," + ",".join(str(level) for level in range(131))
+    cells = ",".join("" if v is None or v != v else f"{v:.2f}" for v in curve)
+    expected.write_text(f"{header}\nopenb_pod_list_sample,05-BestFit,1.3,42,6,{cells}\n")
+    args[args.index("--expected") + 1] = str(expected)
+    second = _benchmark(tmp_path, *args)
+    assert set(second["published"]) == {"Best-fit"}
+    assert second["per_policy"]["Best-fit"]["seeds_identical_to_published"] == 1
