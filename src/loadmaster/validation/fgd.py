@@ -79,6 +79,8 @@ class OpenbData:
     """Distinct pod requests."""
     shape_models: tuple[frozenset[str], ...]
     """Per shape: the GPU models it may use (empty: any)."""
+    shape_specs: tuple[str, ...]
+    """Per shape: its ``gpu_spec`` as written (FGD's typical pods tell lists apart by their text)."""
     pods: IntArray
     """Shape index of every pod of the trace, in file order."""
     nodes: tuple[OpenbNode, ...]
@@ -99,14 +101,15 @@ def load_openb(pods_path: Path, nodes_path: Path) -> OpenbData:
     cpu = trace.column("cpu_milli_per_task")
     memory = trace.column("memory_mib_per_task")
     models = trace.column("gpu_model")
-    index: dict[tuple[int, int, int, frozenset[str]], int] = {}
+    index: dict[tuple[int, int, int, str], int] = {}
     pods = np.empty(len(trace), dtype=np.int64)
     for row in range(len(trace)):
-        spec = frozenset(m for m in str(models[row] or "").split("|") if m)
-        key = (int(gpu[row]), _whole(cpu[row]), _whole(memory[row]), spec)
+        key = (int(gpu[row]), _whole(cpu[row]), _whole(memory[row]), str(models[row] or ""))
         pods[row] = index.setdefault(key, len(index))
     shapes = tuple(TaskRequest(gpu_milli=g, cpu_milli=c, memory_mib=m) for g, c, m, _ in index)
-    return OpenbData(shapes, tuple(k[3] for k in index), pods, tuple(read_openb_nodes(nodes_path)))
+    sets = tuple(frozenset(m for m in k[3].split("|") if m) for k in index)
+    specs = tuple(k[3] for k in index)
+    return OpenbData(shapes, sets, specs, pods, tuple(read_openb_nodes(nodes_path)))
 
 
 def _whole(value: float) -> int:
@@ -331,7 +334,7 @@ def run_seed(
     With ``draws`` (which must be the seed's), the pods and node order are the
     authors' for that seed; otherwise numpy's generator draws them from ``seed``.
     """
-    workload = typical_workload(data.requests())
+    workload = typical_workload(data.requests(), models=[data.shape_specs[i] for i in data.pods])
     if draws is not None:
         if draws.seed != seed:
             raise ValueError(f"draws are for seed {draws.seed}, not {seed}")

@@ -12,7 +12,9 @@ weighted by how often each shape occurs:
 
 where ``L`` is the node's free milli-GPU and ``U_t`` the free milli-GPU on GPUs
 with at least ``t``'s share free. A task without GPUs (CPU only) counts all of
-``L``, as in the FGD authors' simulator. Memory is not part of the measure.
+``L``, as in the FGD authors' simulator, and so does a task that names GPU
+models the node does not have (their ``IsNodeAccessibleToPod``: "NoAccess").
+Memory is not part of the measure.
 
 Rewritten per group ``k`` of shapes with the same GPU need (share ``m_k`` on
 each of ``g_k`` GPUs): ``F = P * L - sum_k W_k * fits_k * U_k``, where ``P`` is
@@ -23,8 +25,9 @@ is vectorised over nodes (rows of the per-GPU free array) and pure.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +50,8 @@ class TypicalTask:
     """Milli-GPU as in :class:`TaskRequest`: below 1000 a share of one GPU, else whole GPUs."""
     weight: float
     """How often the shape occurs; weights need not sum to one."""
+    gpu_models: frozenset[str] = frozenset()
+    """GPU models the task may run on (openb's ``gpu_spec``); empty: any."""
 
     def __post_init__(self) -> None:
         TaskRequest(gpu_milli=self.gpu_milli, cpu_milli=self.cpu_milli)  # validates the shape
@@ -54,28 +59,41 @@ class TypicalTask:
             raise ModelError(f"typical task {self}: weight must be >= 0")
 
 
-def typical_workload(requests: Iterable[TaskRequest], coverage: float = 0.95) -> tuple[TypicalTask, ...]:
+def typical_workload(
+    requests: Iterable[TaskRequest],
+    coverage: float = 0.95,
+    models: Iterable[str] | None = None,
+) -> tuple[TypicalTask, ...]:
     """The most frequent task shapes that together make up ``coverage`` of the tasks, weights summing to one.
 
-    Shapes are (CPU, milli-GPU); the most frequent come first, ties broken by
-    larger CPU, then larger GPU need (the FGD simulator's "typical pods", with
-    a popularity threshold of ``coverage``).
+    Shapes are (CPU, milli-GPU), and the GPU models a task may use when
+    ``models`` gives them (one ``|``-separated list per request, as openb's
+    ``gpu_spec``; empty: any); the most frequent come first, ties broken by
+    larger CPU, then larger GPU need, then the larger model list (the FGD
+    simulator's "typical pods", with a popularity threshold of ``coverage``).
+    As in their simulator, a model list is told apart by its text:
+    ``V100M16|V100M32`` and ``V100M16|V100M32|V100M32`` are two shapes.
     """
     if not 0 < coverage <= 1:
         raise ModelError(f"coverage must be in (0, 1], got {coverage}")
-    counts = Counter((r.cpu_milli, r.gpu_milli) for r in requests)
+    listed = list(requests)
+    specs = list(models) if models is not None else [""] * len(listed)
+    counts = Counter((r.cpu_milli, r.gpu_milli, m) for r, m in zip(listed, specs, strict=True))
     if not counts:
         return ()
     ranked = sorted(counts.items(), key=lambda item: (item[1], item[0]), reverse=True)
     total = sum(counts.values())
-    chosen: list[tuple[tuple[int, int], int]] = []
+    chosen: list[tuple[tuple[int, int, str], int]] = []
     covered = 0
     for shape, count in ranked:
         if covered >= coverage * total:
             break
         chosen.append((shape, count))
         covered += count
-    return tuple(TypicalTask(cpu, gpu, count / covered) for (cpu, gpu), count in chosen)
+    return tuple(
+        TypicalTask(cpu, gpu, count / covered, frozenset(m for m in spec.split("|") if m))
+        for (cpu, gpu, spec), count in chosen
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,6 +113,14 @@ class CompiledWorkload:
     """Weight of all shapes, CPU-only ones included."""
     cpu_per_gpu_milli: float
     """CPU milli-cores the workload asks per milli-GPU (weighted over all shapes; 0 without GPUs)."""
+    model_weight: FloatArray | None = None
+    """When some shapes name GPU models: per model of :attr:`models` (and last, any other model)
+    the ``step_weight`` of the shapes a node of that model can host (the others count the node's
+    whole free share); None: every shape runs anywhere."""
+    models: tuple[str, ...] = ()
+    """The GPU models the shapes name, in the order of :attr:`model_weight`."""
+    gpu_models: tuple[frozenset[str], ...] = ()
+    """The model sets the shapes name (empty when none does)."""
 
     @classmethod
     def of(cls, tasks: Iterable[TypicalTask]) -> CompiledWorkload:
@@ -102,19 +128,51 @@ class CompiledWorkload:
         gpu_tasks = [t for t in listed if t.gpu_milli > 0]
         needs = sorted({_need(t.gpu_milli) for t in gpu_tasks})
         steps = sorted({t.cpu_milli for t in gpu_tasks})
-        step_weight = np.zeros((len(steps) + 1, len(needs)), dtype=np.float64)
-        for task in gpu_tasks:
-            step_weight[steps.index(task.cpu_milli) + 1, needs.index(_need(task.gpu_milli))] += task.weight
+
+        def table(hosted: list[TypicalTask]) -> FloatArray:
+            step_weight = np.zeros((len(steps) + 1, len(needs)), dtype=np.float64)
+            for task in hosted:
+                step_weight[steps.index(task.cpu_milli) + 1, needs.index(_need(task.gpu_milli))] += (
+                    task.weight
+                )
+            cumulative: FloatArray = np.cumsum(step_weight, axis=0)
+            return cumulative
+
+        sets = tuple(sorted({t.gpu_models for t in gpu_tasks if t.gpu_models}, key=sorted))
+        models: list[str] = sorted(set().union(*sets)) if sets else []
+        by_model = None
+        if sets:
+            hosted = [[t for t in gpu_tasks if not t.gpu_models or m in t.gpu_models] for m in models]
+            hosted.append([t for t in gpu_tasks if not t.gpu_models])  # a node of any other model
+            by_model = np.stack([table(tasks) for tasks in hosted])
         return cls(
             group_share=np.array([share for share, _ in needs], dtype=np.int64),
             group_gpus=np.array([gpus for _, gpus in needs], dtype=np.int64),
             cpu_steps=np.array(steps, dtype=np.int64),
-            step_weight=np.cumsum(step_weight, axis=0),
+            step_weight=table(gpu_tasks),
             total_weight=float(sum(t.weight for t in listed)),
             cpu_per_gpu_milli=_ratio(
                 sum(t.weight * t.cpu_milli for t in listed), sum(t.weight * t.gpu_milli for t in listed)
             ),
+            model_weight=by_model,
+            models=tuple(models),
+            gpu_models=sets,
         )
+
+    def model_index(self, node_models: Sequence[str | None]) -> IntArray:
+        """Per node, the row of :attr:`model_weight` for its GPU model (the last: a model no shape names)."""
+        at = {m: i for i, m in enumerate(self.models)}
+        return np.array([at.get(m or "", len(self.models)) for m in node_models], dtype=np.int64)
+
+    def for_rows(self, index: IntArray) -> CompiledWorkload:
+        """This workload as nodes with ``index`` (from :meth:`model_index`, one per row) see it: each
+        row weighs only the shapes its GPU model can host. Itself when no shape names a model."""
+        if self.model_weight is None:
+            return self
+        return dataclasses.replace(self, row_weight=self.model_weight[index])
+
+    row_weight: FloatArray | None = None
+    """Per row (node) its ``step_weight`` (from :meth:`for_models`); None: ``step_weight`` for all."""
 
     def group_weight(self, cpu_free: IntArray) -> FloatArray:
         """Per node and group: the weight of the group's shapes whose CPU the node can give.
@@ -125,7 +183,11 @@ class CompiledWorkload:
         accumulates in an order that depends on the matrix shape, which left growths of 1e-12 that
         FGD's integer score turns from 50 into 49.)
         """
-        weights: FloatArray = self.step_weight[np.searchsorted(self.cpu_steps, cpu_free, side="right")]
+        at = np.searchsorted(self.cpu_steps, cpu_free, side="right")
+        if self.row_weight is not None:
+            rows: FloatArray = self.row_weight[np.arange(len(at)), at]
+            return rows
+        weights: FloatArray = self.step_weight[at]
         return weights
 
     def gpu_stats(self, gpu_free: IntArray) -> tuple[IntArray, IntArray]:

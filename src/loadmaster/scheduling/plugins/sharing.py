@@ -284,13 +284,15 @@ class FragmentationGradient(SharingPolicy):
         cache = ctx.data.get(key)
         if not (isinstance(cache, _StatsCache) and cache.fits(workload, state)):
             fresh = _StatsCache(workload, state.gpu_free.copy(), state.cpu_free.copy())
-            fresh.stats = node_stats(state.gpu_free, state.cpu_free, workload)
+            index = self._model_index(workload, state)
+            fresh.stats = node_stats(state.gpu_free, state.cpu_free, workload.for_rows(index))
             ctx.data[key] = fresh
             return fresh.stats
         changed = (state.gpu_free != cache.gpu_free).any(axis=1) | (state.cpu_free != cache.cpu_free)
         rows = np.flatnonzero(changed)
         if rows.size:
-            update = node_stats(state.gpu_free[rows], state.cpu_free[rows], workload)
+            index = self._model_index(workload, state)
+            update = node_stats(state.gpu_free[rows], state.cpu_free[rows], workload.for_rows(index[rows]))
             cache.stats.counts[rows] = update.counts
             cache.stats.usable[rows] = update.usable
             cache.stats.frag[rows] = update.frag
@@ -302,9 +304,21 @@ class FragmentationGradient(SharingPolicy):
         """Fragmentation growth of ``rows`` (node indices): one column per GPU for a share, else one."""
         state = ctx.state
         stats = self.node_stats(ctx).rows(rows)
-        return fragmentation_growth(
-            state.gpu_free[rows], state.cpu_free[rows], request, self.workload(ctx), stats
-        )
+        workload = self.workload(ctx)
+        if workload.model_weight is not None:
+            workload = workload.for_rows(self._model_index(workload, state)[rows])
+        return fragmentation_growth(state.gpu_free[rows], state.cpu_free[rows], request, workload, stats)
+
+    def _model_index(self, workload: CompiledWorkload, state: WorkingState) -> IntArray:
+        """Per node, the row of ``workload.model_weight`` for its GPU model (its resource type's)."""
+        cached = getattr(self, "_models", None)
+        if cached is not None and cached[0] is state.nodes and cached[1] is workload:
+            index: IntArray = cached[2]
+            return index
+        table = state.nodes
+        index = workload.model_index([table.resource_types[n.resource_type].gpu_model for n in table.nodes])
+        self._models = (table, workload, index)
+        return index
 
     def candidate_scores(self, request: TaskRequest, rows: IntArray, ctx: CycleContext) -> FloatArray:
         """Scores of ``rows`` (node indices), one column per GPU for a share, else one column."""
