@@ -249,7 +249,7 @@ def main() -> None:
     args = parser.parse_args()
     for path in (args.pods, args.nodes):
         if not path.exists():
-            parser.error(f"missing {path} (see ../shared/data/README.md)")
+            parser.error(f"missing {path} (see data/reference/README.md)")
     workload = args.pods.stem
     default = args.pods.resolve() == DEFAULT_PODS.resolve()
     seeds = list(range(42, 42 + args.seeds))

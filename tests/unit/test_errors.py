@@ -19,7 +19,8 @@ from loadmaster.validation.rlscheduler import reproduce
 def _every_module() -> None:
     """Imports every loadmaster module, so that every error class is defined."""
     for info in pkgutil.walk_packages(loadmaster.__path__, "loadmaster."):
-        importlib.import_module(info.name)
+        if not info.name.endswith(".__main__"):  # `python -m` entry points run the CLI when imported
+            importlib.import_module(info.name)
 
 
 def _subclasses(cls: type[LoadmasterError]) -> list[type[LoadmasterError]]:

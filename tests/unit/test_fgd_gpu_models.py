@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conftest import shared_data
+from conftest import reference_data
 from loadmaster.model import TaskRequest
 from loadmaster.scheduling.plugins.fragmentation import (
     CompiledWorkload,
@@ -52,7 +52,7 @@ def test_typical_pods_tell_model_lists_apart_by_their_text() -> None:
 def test_fgd_reproduces_the_authors_curve_on_a_pod_list_with_gpu_models() -> None:
     # openb_pod_list_gpuspec33, seed 42, the authors' draws: every arrival level equals their cached run.
     data = load_openb(
-        FIXTURES / "openb_pod_list_gpuspec33.csv.gz", shared_data("openb/openb_node_list_gpu_node.csv")
+        FIXTURES / "openb_pod_list_gpuspec33.csv.gz", reference_data("openb/openb_node_list_gpu_node.csv")
     )
     draws = load_reference_draws(FIXTURES / "openb_gpuspec33_draws_seed42.json.gz", data)
     with (FIXTURES / "fgd_gpuspec33_seed42_allo_discrete.csv").open() as handle:
