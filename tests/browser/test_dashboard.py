@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import uvicorn
@@ -68,9 +69,9 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
-def _open(browser: Any, base: str, token: str) -> Any:
+def _open(browser: Any, base: str, token: str, hash_args: str = "") -> Any:
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{base}/#token={token}")
+    page.goto(f"{base}/#token={token}{hash_args}")
     page.wait_for_selector("body[data-ready=true]", timeout=20_000)
     return page
 
@@ -140,6 +141,12 @@ def test_user_sees_own_job_and_is_refused_anothers(server: tuple[str, Any], brow
     _shot(page, "user-other-job-403")
     assert page.locator("#tabs button[data-view=operator]").is_hidden()
     page.close()
+
+    # the link `loadmaster status` prints opens the job's page directly
+    linked = _open(browser, base, demo.tokens.token_of(user), hash_args=f"&job={quote(own, safe='')}")
+    linked.wait_for_selector("[data-testid=job-title]")
+    assert own in linked.inner_text("[data-testid=job-title]")
+    linked.close()
 
 
 def test_operator_sees_reclaim_table_and_job_page_shows_findings(

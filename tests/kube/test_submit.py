@@ -239,7 +239,7 @@ def test_queue_shows_place_reason_and_the_reserved_start(api: KubeApiDouble, ali
     assert "second" in table and "reserved from" in table
     text = invoke("status", "second")
     assert "waits: #1 in queue default" in text and "estimated start: " in text
-    assert "dashboard: http://dash.example/" in text
+    assert "dashboard: http://dash.example/#job=team-a%2Fsecond" in text  # the job's own page
 
 
 def test_logs_of_a_rank(api: KubeApiDouble, alice: None) -> None:

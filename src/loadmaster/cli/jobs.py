@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote
 
 import typer
 import yaml
@@ -301,6 +302,11 @@ def jobs(as_json: AsJson = False, kubeconfig: Kubeconfig = None) -> None:
     console.print(table)
 
 
+def dashboard_link(base: str, job_id: str) -> str:
+    """The dashboard's page of one job: ``#job=ID`` opens it once the reader has signed in."""
+    return f"{base.rstrip('/')}/#job={quote(job_id, safe='')}"
+
+
 def status(
     job: Annotated[str, typer.Argument(help="Job name (or NAMESPACE/NAME)")],
     as_json: AsJson = False,
@@ -312,7 +318,7 @@ def status(
     """One job: state, why it waits and until when, its tasks and GPUs, their use, and where to look next."""
     reader, who = _jobs(kubeconfig)
     view = reader.get(job)
-    link = f"{who.dashboard.rstrip('/')}/ (job {view.id})" if who.dashboard else None
+    link = dashboard_link(who.dashboard, view.id) if who.dashboard else None
     usage, note = _usage(view, prometheus or who.prometheus)
     if as_json:
         print(json.dumps({**view.to_json(), "dashboard": link, "usage": usage, "usage_note": note}))

@@ -481,7 +481,9 @@ function canvasHash() {
 
 async function start() {
   wire();
-  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+  // #token=... signs in; #job=ID opens that job's page (the link `loadmaster status` prints)
+  const hashArgs = new URLSearchParams(location.hash.slice(1));
+  const fromHash = hashArgs.get("token"), jobFromHash = hashArgs.get("job");
   if (fromHash) { localStorage.setItem("loadmaster.token", fromHash); history.replaceState(null, "", location.pathname); }
   ui.token = localStorage.getItem("loadmaster.token");
   if (!ui.token) { document.getElementById("login").hidden = false; return; }
@@ -495,6 +497,7 @@ async function start() {
   document.querySelectorAll("[data-role=operator]").forEach((el) => { el.hidden = ui.me.role !== "operator"; });
   await loadSettings();
   await show(ui.me.role === "user" ? "cluster" : "cluster");
+  if (jobFromHash) await openJob(jobFromHash);
   document.body.dataset.ready = "true";
   setInterval(() => { if (ui.view === "cluster" && ui.at === null) refreshCluster().catch(() => {}); }, 2000);
 }
