@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from kube.helpers import a_node
 from loadmaster.cli import app
 from loadmaster.config import load_profiles
+from loadmaster.kube import translate as tr
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
 from loadmaster.kube.jobdouble import JobControllerDouble
@@ -277,6 +278,9 @@ def test_an_interactive_session_takes_a_mig_slice_in_the_interactive_pool(
     assert [node for _, node in step(api)] == ["i0"]  # KubeCluster places MIG pods (docs/kubernetes.md)
     status = json.loads(invoke("status", "nb", "--json"))
     assert status["interactive"] and status["state"] == "running"
+    # the scheduler's job carries the mark that makes the idle-reclaim policy take it first
+    pods = [p for p in api.objects("pods") if p["metadata"]["labels"].get("loadmaster.io/interactive")]
+    assert tr.job_from("team-a/nb", pods, None, 3600.0).reclaim_first
 
 
 def test_dry_run_prints_valid_manifests_and_needs_no_cluster(alice: None) -> None:

@@ -85,3 +85,19 @@ def test_bad_policies_are_refused() -> None:
         ReclaimPolicy(idle_after_s=0)
     with pytest.raises(ModelError, match="one reclaim policy per pool"):
         ReclaimTracker([ReclaimPolicy(), ReclaimPolicy()])
+
+
+def test_an_interactive_session_is_told_first_then_reclaimed_after_the_same_grace() -> None:
+    tracker = ReclaimTracker([POLICY])  # idle_after_s 1800, first_idle_after_s 900 (default), grace 600
+    jobs = [job("train"), job("nb", first=True)]
+    assert steps(tracker, [0, 900, 1500, 1800, 2400], jobs) == [
+        (900, "nb", "notify"),
+        (1500, "nb", "act"),
+        (1800, "train", "notify"),
+        (2400, "train", "act"),
+    ]
+    (decision,) = ReclaimTracker([POLICY]).observe(900, [job("nb", first=True)])
+    assert "interactive session, policy: 15 min" in decision.reason
+    # a pool whose ordinary threshold is already shorter does not wait longer for a session
+    quick = ReclaimPolicy(pool="interactive", idle_after_s=300, grace_s=0)
+    assert quick.idle_after_for(job(first=True)) == 300

@@ -46,8 +46,7 @@ log = logging.getLogger(__name__)
 
 JOB_LABEL = "loadmaster.io/job"
 INTERACTIVE_LABEL = "loadmaster.io/interactive"
-RECLAIM_ANNOTATION = "loadmaster.io/reclaim"
-"""``first`` on interactive sessions: the idle-reclaim policy takes them before training jobs."""
+RECLAIM_ANNOTATION = tr.RECLAIM_ANNOTATION
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 SCHEMA_VERSION = "1.33"
 """Kubernetes version whose OpenAPI schemas ``--dry-run`` validates against (kubernetes-validate)."""

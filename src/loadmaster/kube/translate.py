@@ -75,6 +75,8 @@ USER_LABEL = "loadmaster.io/user"
 GPUS_ANNOTATION = "loadmaster.io/gpus"
 CUDA_ANNOTATION = "loadmaster.io/cuda"
 CUDA_COMPAT_ANNOTATION = "loadmaster.io/cuda-compat"
+RECLAIM_ANNOTATION = "loadmaster.io/reclaim"
+"""``first`` on interactive sessions: the idle-reclaim policy takes them before training jobs."""
 POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 DEFAULT_TIME_LIMIT_S = 86_400.0
 """Run time assumed for a pod without ``activeDeadlineSeconds``: one day, a common lab limit."""
@@ -476,6 +478,7 @@ def job_from(
         node_selector=selector,
         cuda=cuda_of(first),
         cuda_compat=(meta.get("annotations") or {}).get(CUDA_COMPAT_ANNOTATION) == "true",
+        reclaim_first=(meta.get("annotations") or {}).get(RECLAIM_ANNOTATION) == "first",
         tolerations=tolerations_of(first),
         affinity=affinity_of(first),
         priority_value=value,

@@ -51,6 +51,8 @@ class Job:
     ``may_preempt`` False: the job never evicts others (``preemptionPolicy: Never``).
     ``scheduler_name`` names the profile that schedules the job where one
     process runs several (Kubernetes ``spec.schedulerName``); None: the only one.
+    ``reclaim_first`` marks an interactive session: the idle-reclaim policy
+    takes it sooner than a training job (``ReclaimPolicy.first_idle_after_s``).
     """
 
     id: str
@@ -74,6 +76,7 @@ class Job:
     priority_value: int | None = None
     may_preempt: bool = True
     scheduler_name: str | None = None
+    reclaim_first: bool = False
 
     def __post_init__(self) -> None:
         if self.tasks < 1:

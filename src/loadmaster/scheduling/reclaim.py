@@ -53,18 +53,27 @@ class ReclaimPolicy:
     exempt_namespaces: frozenset[str] = frozenset()
     exempt_labels: Mapping[str, str] = field(default_factory=dict)
     """A job with any of these label values is exempt (``loadmaster.io/reclaim: never``)."""
+    first_idle_after_s: float = 900.0
+    """Idle time before the owner of a job marked ``reclaim_first`` (an interactive session,
+    ``loadmaster submit --interactive``) is told: sessions are the first candidates, since a
+    notebook left open holds its GPU for nothing while a training job's idle spell is often a
+    checkpoint or a data stall. Never later than ``idle_after_s``."""
 
     def __post_init__(self) -> None:
-        if not self.idle_after_s > 0 or not self.grace_s >= 0:
+        if not self.idle_after_s > 0 or not self.grace_s >= 0 or not self.first_idle_after_s > 0:
             raise ModelError(
-                f"reclaim policy for pool {self.pool or '*'}: idle_after_s must be > 0 and grace_s >= 0, "
-                f"got {self.idle_after_s} and {self.grace_s}"
+                f"reclaim policy for pool {self.pool or '*'}: idle_after_s and first_idle_after_s must be "
+                f"> 0 and grace_s >= 0, got {self.idle_after_s}, {self.first_idle_after_s} and {self.grace_s}"
             )
 
     @property
     def delay_s(self) -> float:
         """From the start of an idle stretch to the action, if nothing changes."""
         return self.idle_after_s + self.grace_s
+
+    def idle_after_for(self, job: JobActivity) -> float:
+        """How long this job may sit idle before its owner is told (sessions first)."""
+        return min(self.first_idle_after_s, self.idle_after_s) if job.first else self.idle_after_s
 
     def exempts(self, job: JobActivity) -> bool:
         """Whether the job is out of this policy's reach (namespace or label)."""
@@ -84,6 +93,8 @@ class JobActivity:
     idle_since_s: float | None
     gpus: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
+    first: bool = False
+    """An interactive session (``Job.reclaim_first``): told after ``first_idle_after_s``."""
 
 
 @dataclass(frozen=True)
@@ -149,10 +160,12 @@ class ReclaimTracker:
     ) -> ReclaimDecision | None:
         idle_s = now_s - seen.idle_since_s
         hours = job.gpus * idle_s / 3600.0
-        if seen.notified_s is None and idle_s >= policy.idle_after_s:
+        idle_after_s = policy.idle_after_for(job)
+        if seen.notified_s is None and idle_s >= idle_after_s:
             seen.notified_s = now_s
+            session = "interactive session, " if job.first else ""
             reason = (
-                f"every GPU idle for {idle_s / 60:.0f} min (policy: {policy.idle_after_s / 60:.0f} min); "
+                f"every GPU idle for {idle_s / 60:.0f} min ({session}policy: {idle_after_s / 60:.0f} min); "
                 f"{policy.action.value} in {policy.grace_s / 60:.0f} min unless the GPUs are used"
             )
             return ReclaimDecision(

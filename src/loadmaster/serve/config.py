@@ -134,6 +134,8 @@ class PolicyConfig(_Strict):
     """Decide and record only (the default: turn a policy on knowingly)."""
     exempt_namespaces: list[str] = Field(default_factory=list)
     exempt_labels: dict[str, str] = Field(default_factory=dict)
+    first_idle_after_s: float = Field(default=900.0, gt=0)
+    """Idle time before an interactive session's owner is told (sessions are reclaimed first)."""
 
 
 class ReclaimConfig(_Strict):

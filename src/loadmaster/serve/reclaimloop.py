@@ -65,7 +65,15 @@ class ReclaimLoop:
                 continue  # only a job idle on every GPU is reclaimed; partly idle ones are asked to shrink
             job = running.job
             activity.append(
-                JobActivity(row.job, row.user, job.pool, job_namespace(job), now - row.idle_for_s, row.gpus)
+                JobActivity(
+                    row.job,
+                    row.user,
+                    job.pool,
+                    job_namespace(job),
+                    now - row.idle_for_s,
+                    row.gpus,
+                    first=job.reclaim_first,
+                )
             )
         decisions = self.tracker.observe(now, activity)
         for d in decisions:
@@ -117,6 +125,7 @@ def loop_from_config(config: ReclaimConfig, state: StateStore) -> ReclaimLoop:
             dry_run=p.dry_run,
             exempt_namespaces=frozenset(p.exempt_namespaces),
             exempt_labels=dict(p.exempt_labels),
+            first_idle_after_s=p.first_idle_after_s,
         )
         for p in config.policies
     ]
