@@ -65,7 +65,7 @@ def test_status_shows_gpu_use_and_the_idle_gpu(
     }
     kubeconfig.write_text(yaml.safe_dump(config))
     identity = tmp_path / "me.yaml"
-    identity.write_text(f"user: alice\ngroup: team-a\nkubeconfig: {kubeconfig}\n")
+    identity.write_text(f"user: alice\ngroup: team-a\nkubeconfig: {kubeconfig}\nimage_lookup: false\n")
     monkeypatch.setenv("LOADMASTER_CONFIG", str(identity))
     for name in ("node-a", "node-b"):
         api.create("nodes", a_node(name, gpus=2))

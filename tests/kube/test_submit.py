@@ -50,6 +50,7 @@ def as_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kubeconfig: Path, u
     path = tmp_path / f"{user}.yaml"
     path.write_text(
         f"user: {user}\ngroup: team-a\nkubeconfig: {kubeconfig}\ndashboard: http://dash.example\n"
+        "image_lookup: false\n"  # no registry here: tests/kube/test_registry.py covers the lookup
     )
     monkeypatch.setenv("LOADMASTER_CONFIG", str(path))
 

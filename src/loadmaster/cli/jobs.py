@@ -101,6 +101,9 @@ def submit(  # noqa: PLR0917 - typer maps each option to a parameter
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the manifests (validated); create nothing")
     ] = False,
+    no_image_lookup: Annotated[
+        bool, typer.Option("--no-image-lookup", help="Do not read the image's CUDA_VERSION from its registry")
+    ] = False,
     kubeconfig: Kubeconfig = None,
 ) -> None:
     """Submit a job: flags like Slurm's, or a job file; the command follows `--`."""
@@ -136,6 +139,8 @@ def submit(  # noqa: PLR0917 - typer maps each option to a parameter
     if interactive:
         given = _interactive_defaults(given, shell)
     spec = load_job_file(job_file, given) if job_file else job_from_flags(given)
+    if no_image_lookup:
+        who = who.model_copy(update={"image_lookup": False})
     _submit(spec, who, dry_run, kubeconfig, shell)
 
 
@@ -168,12 +173,9 @@ def _interactive_defaults(given: dict[str, Any], shell: bool) -> dict[str, Any]:
 
 def _submit(spec: JobSpec, who: Identity, dry_run: bool, kubeconfig: Path | None, shell: bool) -> None:
     from loadmaster.kube import submit as sb  # noqa: PLC0415
-    from loadmaster.model.cuda import cuda_from_image  # noqa: PLC0415
 
     notes: list[str] = []
-    if spec.cuda is None and (found := cuda_from_image(spec.image)) is not None:
-        spec = spec.model_copy(update={"cuda": str(found)})
-        notes.append(f"CUDA {found} read from the image tag")
+    spec = _image_cuda(spec, who, notes)
     api = None if dry_run else _api(kubeconfig, who)
     if api is not None and spec.interactive and spec.mig is None and spec.gpus_per_task != 0:
         slice_ = sb.smallest_mig(api, spec.pool or sb.INTERACTIVE_POOL)
@@ -186,6 +188,8 @@ def _submit(spec: JobSpec, who: Identity, dry_run: bool, kubeconfig: Path | None
         raise sb.SubmitError("the manifests break the Kubernetes schema: " + "; ".join(problems))
     if api is None:
         print(yaml.safe_dump_all(submission.manifests, sort_keys=False), end="")
+        for note in submission.notes:
+            console.print(f"# note: {note}", style="dim", markup=False)
         console.print(
             f"# valid against the Kubernetes {sb.SCHEMA_VERSION} schemas; nothing was created", style="dim"
         )
@@ -195,6 +199,25 @@ def _submit(spec: JobSpec, who: Identity, dry_run: bool, kubeconfig: Path | None
         raise sb.SubmitError(f"job {submission.name} cannot run on any node of this cluster: {verdict}")
     sb.create(api, submission)
     _print_submitted(submission, spec, shell)
+
+
+def _image_cuda(spec: JobSpec, who: Identity, notes: list[str]) -> JobSpec:
+    """The spec with the CUDA release its image declares (tag, else registry) when none was given."""
+    from loadmaster.kube.registry import RegistryError, cuda_from_registry  # noqa: PLC0415
+    from loadmaster.model.cuda import cuda_from_image  # noqa: PLC0415
+
+    if spec.cuda is not None or "CUDA_VERSION" in spec.env:
+        return spec
+    if (found := cuda_from_image(spec.image)) is not None:
+        notes.append(f"CUDA {found} read from the image tag")
+    elif who.image_lookup:
+        try:
+            found = cuda_from_registry(spec.image)
+        except RegistryError as exc:
+            print(f"note: CUDA release not read from the image's registry: {exc}", file=sys.stderr)
+            return spec
+        notes.append(f"CUDA {found} read from the image's configuration (CUDA_VERSION)")
+    return spec if found is None else spec.model_copy(update={"cuda": str(found)})
 
 
 def _print_submitted(submission: Submission, spec: JobSpec, shell: bool) -> None:

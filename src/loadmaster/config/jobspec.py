@@ -180,6 +180,9 @@ class Identity(BaseModel):
     """Base URL of the Prometheus that scrapes dcgm-exporter: ``status`` then shows GPU use and findings."""
     operator: bool = False
     """May see and cancel every job, as the dashboard's operator role."""
+    image_lookup: bool = True
+    """Read an image's declared ``CUDA_VERSION`` from its registry at submission (false: a site whose
+    registries are private or out of reach; ``submit --no-image-lookup`` does the same once)."""
 
     @property
     def home(self) -> str:
@@ -194,6 +197,7 @@ ENV_FIELDS = {
     "LOADMASTER_KUBECONFIG": "kubeconfig",
     "LOADMASTER_DASHBOARD": "dashboard",
     "LOADMASTER_PROMETHEUS": "prometheus",
+    "LOADMASTER_IMAGE_LOOKUP": "image_lookup",
 }
 """Environment variable -> identity field it overrides."""
 
