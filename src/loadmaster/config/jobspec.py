@@ -18,8 +18,8 @@ command-line flags; flags given beside a file override its fields::
 Every error names the file, the line and the field. The identity file
 (``~/.config/loadmaster/config.yaml``, or ``$LOADMASTER_CONFIG``) says who
 submits; environment variables ``LOADMASTER_USER``, ``LOADMASTER_GROUP``,
-``LOADMASTER_NAMESPACE``, ``LOADMASTER_KUBECONFIG``, ``LOADMASTER_DASHBOARD``
-and ``LOADMASTER_PROMETHEUS`` override its fields (see docs/researchers.md).
+``LOADMASTER_NAMESPACE``, ``LOADMASTER_KUBECONFIG``, ``LOADMASTER_DASHBOARD``,
+``LOADMASTER_PROMETHEUS`` and ``LOADMASTER_IMAGE_LOOKUP`` override its fields (see docs/researchers.md).
 """
 
 from __future__ import annotations
