@@ -12,14 +12,15 @@ OUT ?= out/demo
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.core: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+# Every install is pinned by constraints.txt. The demo writes a report: the `report` extra.
+$(VENV)/.core: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[report]'
 	touch $@
 
 # torch first, pinned: its CPU build; left to resolve `torch>=2.4` alone, pip would fetch a CUDA build.
-$(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,rl,ray]'
+$(VENV)/.dev: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,rl,ray]'
 	touch $(VENV)/.core $@
 
 demo: $(VENV)/.core
@@ -67,6 +68,7 @@ e2e-kind:
 	$(KUBECTL) apply -f $(PODGROUP_CRD)
 	$(KUBECTL) apply -f deploy/namespace.yaml
 	$(KUBECTL) apply -f deploy/rbac.yaml -f deploy/configmap-profiles.yaml -f deploy/configmap-queues.yaml -f deploy/deployment.yaml
+	$(KUBECTL) apply -f deploy/pdb.yaml -f deploy/service.yaml
 	$(KUBECTL) -n loadmaster rollout status deployment/loadmaster --timeout=180s
 	$(KUBECTL) apply -f deploy/examples/gang.yaml
 	$(KUBECTL) wait --for=condition=PodScheduled pod -l scheduling.x-k8s.io/pod-group=gang-demo --timeout=120s

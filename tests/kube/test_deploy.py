@@ -69,14 +69,32 @@ def test_the_profiles_and_queues_configmaps_load(tmp_path: Path) -> None:
 
 
 def rbac_rules() -> set[tuple[str, str, str]]:
-    role = by_kind("ClusterRole", "loadmaster-scheduler")
+    """(group, resource, verb) the ClusterRole and the namespaced Role grant together."""
+    roles = (by_kind("ClusterRole", "loadmaster-scheduler"), by_kind("Role", "loadmaster-scheduler"))
     return {
         (group, resource, verb)
+        for role in roles
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
+
+
+def test_the_scheduler_objects_are_granted_by_name_in_its_namespace_only() -> None:
+    """The ConfigMap and the Lease: a Role with resourceNames, nothing cluster-wide (create has no name)."""
+    cluster_wide = {
+        r for rule in by_kind("ClusterRole", "loadmaster-scheduler")["rules"] for r in rule["resources"]
+    }
+    assert not cluster_wide & {"configmaps", "leases", "secrets"}
+    role = by_kind("Role", "loadmaster-scheduler")
+    args = by_kind("Deployment", "loadmaster")["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in args if "=" in a)
+    queues_ns, _, queues_name = flags["queues"].partition("/")
+    assert role["metadata"]["namespace"] == queues_ns == flags["lease-namespace"]
+    named = {r["resources"][0]: r.get("resourceNames") for r in role["rules"] if r["verbs"] != ["create"]}
+    assert named == {"configmaps": [queues_name], "leases": [LeaderElector.name]}
+    assert [r["resources"] for r in role["rules"] if r["verbs"] == ["create"]] == [["leases"]]
 
 
 GROUPS = {

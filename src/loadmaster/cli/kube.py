@@ -3,29 +3,34 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
-import time
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
-from rich.table import Table
 
-from loadmaster.cli.output import console
-from loadmaster.config import BUILTIN_PROFILES
+from loadmaster.cli.logs import LogFormat, LogLevel, configure
 from loadmaster.errors import ConfigError
-from loadmaster.kube.api import LeaderElector
-from loadmaster.kube.cluster import KubeCluster, StepReport
-from loadmaster.kube.profiles import ProfileScheduler
-from loadmaster.kube.queues import DEFAULT_CONFIGMAP, load_profile
-from loadmaster.kube.snapshot import take_snapshot
-from loadmaster.kube.translate import SCHEDULER_NAME, KubeError
-from loadmaster.scheduling import Scheduler
-from loadmaster.traces.trace import write_parquet
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
+
+    from loadmaster.kube.api import LeaderElector
+    from loadmaster.kube.cluster import KubeCluster, StepReport
+    from loadmaster.scheduling import Profile, Scheduler
+
+# The kube commands import the kubernetes client, the scheduler and the config loaders only when they
+# run: `loadmaster kube run` must start fast and import nothing it does not use (no plotting code:
+# the image has a read-only root filesystem and no plotting libraries).
+BUILTIN_PROFILES = "builtin"
+"""= loadmaster.config.BUILTIN_PROFILES (tests/kube/test_image.py checks)."""
+DEFAULT_QUEUES = "loadmaster/loadmaster-queues"
+"""= loadmaster.kube.queues.DEFAULT_CONFIGMAP (tests/kube/test_image.py checks)."""
+SCHEDULER_NAME = "loadmaster"
+"""= loadmaster.kube.translate.SCHEDULER_NAME (tests/kube/test_image.py checks)."""
 
 app = typer.Typer(
     no_args_is_help=True, help="Schedule pods on a Kubernetes cluster (schedulerName: loadmaster)."
@@ -57,15 +62,34 @@ def _cluster(  # noqa: PLR0917 - the options of the commands, passed on
     lease_ns: str,
     names: list[str] | None = None,
 ) -> KubeCluster:
+    from loadmaster.kube.cluster import KubeCluster  # noqa: PLC0415 - lazy: see the note above `app`
+    from loadmaster.kube.queues import load_profile  # noqa: PLC0415
+
     api = _api(kubeconfig)
-    chosen = {
-        name: Scheduler(load_profile(api, wanted, profiles_file, queues or None))
-        for name, wanted in scheduler_profiles(names or [], profile).items()
-    }
-    identity = os.environ.get("POD_NAME") or socket.gethostname()
-    lease = LeaderElector(api, identity, namespace=lease_ns)
-    scheduler = ProfileScheduler(chosen) if names else next(iter(chosen.values()))
-    return KubeCluster(api, scheduler, identity, lease=lease)
+    wanted = scheduler_profiles(names or [], profile)
+    profiles = {p: load_profile(api, p, profiles_file, queues or None) for p in set(wanted.values())}
+    return KubeCluster(
+        api, _scheduler(wanted, profiles, bool(names)), _identity(), lease=_lease(api, lease_ns)
+    )
+
+
+def _identity() -> str:
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def _lease(api: ApiClient, namespace: str) -> LeaderElector:
+    from loadmaster.kube.api import LeaderElector  # noqa: PLC0415
+
+    return LeaderElector(api, _identity(), namespace=namespace)
+
+
+def _scheduler(wanted: Mapping[str, str], profiles: Mapping[str, Profile], several: bool) -> Scheduler:
+    """One Scheduler per schedulerName (a ProfileScheduler when ``--scheduler-name`` was given)."""
+    from loadmaster.kube.profiles import ProfileScheduler  # noqa: PLC0415
+    from loadmaster.scheduling import Scheduler  # noqa: PLC0415
+
+    chosen = {name: Scheduler(profiles[p]) for name, p in wanted.items()}
+    return ProfileScheduler(chosen) if several else next(iter(chosen.values()))
 
 
 def scheduler_profiles(names: list[str], profile: str) -> dict[str, str]:
@@ -90,35 +114,84 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     kubeconfig: Kubeconfig = None,
     profile: ProfileName = "binpack",
     profiles_file: ProfilesFile = BUILTIN_PROFILES,
-    queues: QueuesConfigMap = DEFAULT_CONFIGMAP,
+    queues: QueuesConfigMap = DEFAULT_QUEUES,
     interval: Annotated[float, typer.Option(help="Seconds between scheduling cycles")] = 1.0,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the leader Lease")] = "loadmaster",
     max_steps: Annotated[int, typer.Option(help="Stop after this many cycles (0: run until killed)")] = 0,
     scheduler_name: SchedulerNames = None,
+    http_port: Annotated[
+        int, typer.Option(help="Port of /healthz, /readyz and /metrics (0: do not serve; deploy/ uses 10251)")
+    ] = 0,
+    http_address: Annotated[str, typer.Option(help="Address the health and metrics port binds")] = "0.0.0.0",
+    log_format: Annotated[LogFormat, typer.Option(help="Log lines as plain text or JSON")] = LogFormat.plain,
+    log_level: Annotated[LogLevel, typer.Option(help="Least severe level logged")] = LogLevel.info,
 ) -> None:
-    """Watch pods naming loadmaster, nodes and PodGroups; bind, evict and explain every INTERVAL s."""
-    cluster = _cluster(kubeconfig, profile, profiles_file, queues, lease_namespace, scheduler_name)
+    """Watch pods naming loadmaster, nodes and PodGroups; bind, evict and explain every INTERVAL s.
+
+    Logs every cycle that changed something (standard error), re-reads the
+    queues ConfigMap every 10 s, serves health and Prometheus metrics on
+    HTTP_PORT, and stops cleanly on SIGTERM.
+    """
+    from loadmaster.kube.cluster import KubeCluster  # noqa: PLC0415 - lazy: see the note above `app`
+    from loadmaster.kube.metrics import SchedulerMetrics  # noqa: PLC0415
+    from loadmaster.kube.queues import QueuesReloader, load_profile  # noqa: PLC0415
+    from loadmaster.kube.runner import run_loop, wait_listed  # noqa: PLC0415
+    from loadmaster.kube.serving import Health, HealthServer  # noqa: PLC0415
+
+    configure(log_level, log_format)
+    api = _api(kubeconfig)
+    wanted = scheduler_profiles(scheduler_name or [], profile)
+    several = bool(scheduler_name)
+    reloader = QueuesReloader(api, sorted(set(wanted.values())), profiles_file, queues) if queues else None
+    profiles = (
+        reloader.load()
+        if reloader is not None
+        else {p: load_profile(api, p, profiles_file, None) for p in set(wanted.values())}
+    )
+    cluster = KubeCluster(
+        api, _scheduler(wanted, profiles, several), _identity(), lease=_lease(api, lease_namespace)
+    )
+
+    def reload() -> None:
+        changed = reloader.poll() if reloader is not None else None
+        if changed is not None:
+            cluster.scheduler = _scheduler(wanted, changed, several)
+
+    metrics = SchedulerMetrics(next(iter(wanted.values())))
+    health = Health(liveness_timeout_s=max(60.0, 10 * interval))
+    server = HealthServer(health, metrics, http_address, http_port) if http_port else None
+    stop = threading.Event()
+    previous = _stop_on_sigterm(stop)
     cluster.start(renew_in_background=True)
+    if server is not None:
+        server.start()
     try:
-        deadline = time.monotonic() + 60
-        while not cluster.listed():
-            if time.monotonic() > deadline:
-                raise KubeError("could not list nodes, pods and PodGroups within 60 s")
-            time.sleep(0.05)
-        steps = 0
-        while max_steps == 0 or steps < max_steps:
-            report = cluster.step()
-            steps += 1
-            if report.bound or report.evicted or report.rolled_back:
-                console.print(
-                    f"cycle {steps}: bound {len(report.bound)}, evicted {len(report.evicted)}, "
-                    f"rolled back {len(report.rolled_back)}, waiting {len(report.waiting)}"
-                    + ("" if report.leader else " (not the leader)")
-                )
-            if max_steps == 0 or steps < max_steps:
-                time.sleep(interval)
+        wait_listed(cluster, 60.0, stop)
+        run_loop(
+            cluster,
+            interval_s=interval,
+            max_steps=max_steps,
+            metrics=metrics,
+            health=health,
+            stop=stop,
+            before_step=reload,
+        )
     finally:
         cluster.stop()
+        if server is not None:
+            server.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_on_sigterm(stop: threading.Event) -> signal.Handlers | Callable[..., object] | int | None:
+    """SIGTERM (the kubelet stopping the pod) ends the loop after the current step, not in the middle of it.
+
+    Returns the handler it replaced (None off the main thread, where signals cannot be handled).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
 
 
 @app.command("dry-run")
@@ -126,7 +199,7 @@ def dry_run(
     kubeconfig: Kubeconfig = None,
     profile: ProfileName = "binpack",
     profiles_file: ProfilesFile = BUILTIN_PROFILES,
-    queues: QueuesConfigMap = DEFAULT_CONFIGMAP,
+    queues: QueuesConfigMap = DEFAULT_QUEUES,
     scheduler_name: SchedulerNames = None,
 ) -> None:
     """One cycle on the live cluster, writing nothing: what would bind, be evicted, and why others wait."""
@@ -136,6 +209,10 @@ def dry_run(
 
 
 def _print_plan(report: StepReport) -> None:
+    from rich.table import Table  # noqa: PLC0415 - lazy: see the note above `app`
+
+    from loadmaster.cli.output import console  # noqa: PLC0415
+
     table = Table(title="What loadmaster would do now (nothing was written)")
     for column in ("action", "pod or job", "node or reason"):
         table.add_column(column)
@@ -155,6 +232,15 @@ def snapshot(
     name: Annotated[str, typer.Option(help="Name of the cluster spec")] = "live",
 ) -> None:
     """Write the live cluster as a cluster spec (cluster.yaml) and its jobs as a trace (jobs.parquet)."""
+    import yaml  # noqa: PLC0415 - lazy: see the note above `app`
+
+    from loadmaster.cli.output import console  # noqa: PLC0415
+    from loadmaster.kube.cluster import KubeCluster  # noqa: PLC0415
+    from loadmaster.kube.queues import load_profile  # noqa: PLC0415
+    from loadmaster.kube.snapshot import take_snapshot  # noqa: PLC0415
+    from loadmaster.scheduling import Scheduler  # noqa: PLC0415
+    from loadmaster.traces.trace import write_parquet  # noqa: PLC0415
+
     api = _api(kubeconfig)
     cluster = KubeCluster(api, Scheduler(load_profile(api, "binpack", configmap=None)), "snapshot")
     cluster.list_now()

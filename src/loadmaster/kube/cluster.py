@@ -101,6 +101,10 @@ class StepReport:
     fenced: int = 0
     """Writes not sent because the lease was no longer certainly held."""
     result: CycleResult | None = None
+    view: View | None = None
+    """The snapshot the cycle ran on (None when it did not run): what the metrics count pods in."""
+    algorithm_s: float = 0.0
+    """Seconds ``Scheduler.cycle`` took."""
 
 
 @dataclass
@@ -178,7 +182,8 @@ class KubeCluster:
         """Pod key -> node of a pod this replica evicted, until it is gone from the API."""
         self._pool = ThreadPoolExecutor(max_workers=max(bind_workers, 1), thread_name_prefix="bind")
         self._partial_since: dict[str, float] = {}
-        self._reasons: dict[str, str] = {}
+        self._reasons: dict[str, tuple[str, str]] = {}
+        """Pod key -> (uid, reason) last written, for the pods still waiting: a reason is written once."""
         self._was_leader = False
 
     def start(self, renew_in_background: bool = False) -> None:
@@ -251,8 +256,10 @@ class KubeCluster:
         if rolling:
             pending = tuple(p for p in view.snapshot.pending if p.job.id not in rolling)
             view.snapshot = replace(view.snapshot, pending=pending)
+        algorithm_started = time.perf_counter()
         result = self.scheduler.cycle(view.snapshot, self.clock(), self.rng)
-        report.result = result
+        report.algorithm_s = time.perf_counter() - algorithm_started
+        report.result, report.view = result, view
         self._explain(view, result, report)
         _plan(view, result, report)
         if dry_run:
@@ -673,17 +680,24 @@ class KubeCluster:
 
     # ---------------------------------------------------------------- reasons
     def _write_reasons(self, view: View, waiting: Mapping[str, str]) -> None:
-        keys = [
-            (key, reason)
-            for job_id, reason in waiting.items()
-            for key in view.unbound.get(job_id, [])
-            if self._reasons.get(key) != reason
-        ]
+        """Write each waiting pod's reason when it changed; forget pods no longer waiting (bounded memory)."""
+        written: dict[str, tuple[str, str]] = {}
+        keys: list[tuple[str, str]] = []
+        for job_id, reason in waiting.items():
+            for key in view.unbound.get(job_id, []):
+                pod = self.state.objects["pods"].get(key)
+                noted = (str((pod or {}).get("metadata", {}).get("uid")), reason)
+                if self._reasons.get(key) == noted:
+                    written[key] = noted
+                else:
+                    keys.append((key, reason))
         for (key, reason), ok in zip(
             keys, self._pool.map(lambda kr: self._write_reason(*kr), keys), strict=True
         ):
             if ok:
-                self._reasons[key] = reason
+                pod = self.state.objects["pods"].get(key)
+                written[key] = (str((pod or {}).get("metadata", {}).get("uid")), reason)
+        self._reasons = written
 
     def _write_reason(self, key: str, reason: str) -> bool:
         return self._condition(key, "PodScheduled", "False", "Unschedulable", reason) and self._event(

@@ -174,6 +174,11 @@ class _Watcher:
     closed: bool = False
     last: bool = False
     """The queued events are the last: the stream ends after them (a 410 ERROR)."""
+    namespace: str | None = None
+    """A namespaced watch (``/namespaces/<ns>/pods?watch=true``) sees that namespace's objects only."""
+
+    def sees(self, resource: str, obj: Mapping[str, Any]) -> bool:
+        return resource == self.resource and self.namespace in (None, obj["metadata"].get("namespace"))
 
 
 class KubeApiDouble:
@@ -319,7 +324,7 @@ class KubeApiDouble:
         for w in self.watchers:
             if w.closed:
                 continue
-            if w.resource == resource:
+            if w.sees(resource, obj):
                 w.events.append({"type": event, "object": obj})
             elif w.bookmarks:
                 w.events.append({"type": "BOOKMARK", "object": _bookmark(w.resource, self.rv)})
@@ -474,17 +479,19 @@ class KubeApiDouble:
         }
 
     @contextmanager
-    def watch(self, resource: str, since: int, bookmarks: bool) -> Iterator[_Watcher]:
+    def watch(
+        self, resource: str, since: int, bookmarks: bool, namespace: str | None = None
+    ) -> Iterator[_Watcher]:
         """Register a watcher primed with the events after ``since`` (or a 410 ERROR event)."""
         with self.lock:
-            watcher = _Watcher(resource, bookmarks=bookmarks)
+            watcher = _Watcher(resource, bookmarks=bookmarks, namespace=namespace)
             if since < self.oldest_rv:
                 gone = ApiStatus(410, "Expired", f"too old resource version: {since} ({self.oldest_rv})")
                 watcher.events.append({"type": "ERROR", "object": gone.body()})
                 watcher.last = True
             else:
                 watcher.events.extend(
-                    {"type": e, "object": o} for rv, r, e, o in self.log if rv > since and r == resource
+                    {"type": e, "object": o} for rv, r, e, o in self.log if rv > since and watcher.sees(r, o)
                 )
                 if bookmarks and since < self.rv:
                     watcher.events.append({"type": "BOOKMARK", "object": _bookmark(resource, self.rv)})
@@ -535,6 +542,8 @@ class KubeApiDouble:
 
     def handle(self, method: str, path: str, query: Mapping[str, str], body: Any) -> tuple[int, Any]:
         """Route one non-watch request; return (HTTP code, JSON answer)."""
+        if method == "GET" and (found := discovery(path)) is not None:
+            return 200, found
         match = _ROUTE.match(path)
         if match is None or match["resource"] not in _KINDS:
             raise ApiStatus(404, "NotFound", f"no route for {method} {path}")
@@ -627,7 +636,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         bookmarks = query.get("allowWatchBookmarks") in {"true", "1"}
-        with self.api.watch(match["resource"], since, bookmarks) as watcher:
+        with self.api.watch(match["resource"], since, bookmarks, match["ns"]) as watcher:
             try:
                 while (events := self.api.next_events(watcher, deadline)) is not None:
                     data = b"".join(json.dumps(e).encode() + b"\n" for e in events)
@@ -684,3 +693,143 @@ def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> None:
 def _holder(status: dict[str, Any]) -> dict[str, Any]:
     """Wrap a ``status`` dict so that :func:`_set_condition` edits its ``conditions``."""
     return {"status": status}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Discovery: what a real client (kubectl) asks before anything else.
+#
+# kube-apiserver serves the legacy group at /api (APIVersions) and /api/v1 (APIResourceList), the
+# named groups at /apis (APIGroupList) and /apis/<group>/<version> (APIResourceList): the types of
+# k8s.io/apimachinery/pkg/apis/meta/v1 (types.go). kubectl 1.32 first asks for the aggregated form
+# (Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList) and falls back to
+# these documents when the answer is plain JSON (client-go discovery/aggregated_discovery.go), as
+# kube-apiserver before 1.26 answered. Everything here is derived from _KINDS, so a kind the double
+# stores is a kind kubectl can name. /version answers as kube-apiserver's version.Info.
+# ---------------------------------------------------------------------------------------------------
+_KINDS["pytorchjobs"] = ("kubeflow.org/v1", "PyTorchJob")  # stored only: there is no training operator
+_SHORT_NAMES = {
+    "pods": ["po"],
+    "nodes": ["no"],
+    "configmaps": ["cm"],
+    "events": ["ev"],
+    "podgroups": ["pg", "pgs"],
+    "priorityclasses": ["pc"],
+    "poddisruptionbudgets": ["pdb"],
+    "services": ["svc"],
+}
+_SUBRESOURCES = {
+    "pods": [("binding", "v1", "Binding", ["create"]), ("eviction", "policy/v1", "Eviction", ["create"]),
+             ("status", "v1", "Pod", ["get", "patch", "update"]), ("log", "v1", "Pod", ["get"])],
+    "podgroups": [("status", "scheduling.x-k8s.io/v1alpha1", "PodGroup", ["get", "patch", "update"])],
+    "poddisruptionbudgets": [("status", "policy/v1", "PodDisruptionBudget", ["get", "patch", "update"])],
+}  # fmt: skip
+_VERBS_ALL = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+SERVER_VERSION = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0-loadmaster-double",
+    "platform": "linux/amd64",
+}
+
+
+def _group_versions() -> dict[str, list[str]]:
+    """groupVersion ("v1", "policy/v1", ...) -> the resources of _KINDS in it, in insertion order."""
+    found: dict[str, list[str]] = {}
+    for resource, (api_version, _) in _KINDS.items():
+        found.setdefault(api_version, []).append(resource)
+    return found
+
+
+def _resource_list(group_version: str) -> dict[str, Any] | None:
+    resources = _group_versions().get(group_version)
+    if resources is None:
+        return None
+    listed: list[dict[str, Any]] = []
+    for resource in resources:
+        kind = _KINDS[resource][1]
+        entry: dict[str, Any] = {
+            "name": resource,
+            "singularName": kind.lower(),
+            "namespaced": resource not in _CLUSTER_SCOPED,
+            "kind": kind,
+            "verbs": _VERBS_ALL,
+        }
+        if resource in _SHORT_NAMES:
+            entry["shortNames"] = _SHORT_NAMES[resource]
+        listed.append(entry)
+        for sub, api_version, sub_kind, verbs in _SUBRESOURCES.get(resource, []):
+            group, _, version = api_version.rpartition("/")
+            where = {"group": group, "version": version} if group else {}
+            namespaced = resource not in _CLUSTER_SCOPED
+            listed.append(
+                {"name": f"{resource}/{sub}", "singularName": "", "namespaced": namespaced,
+                 "kind": sub_kind, "verbs": verbs, **where}
+            )  # fmt: skip
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": listed}
+
+
+def discovery(path: str) -> dict[str, Any] | None:
+    """The discovery document at ``path`` (None: not a discovery path)."""
+    path = path.rstrip("/")
+    if path == "/version":
+        return dict(SERVER_VERSION)
+    if path == "/api":
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+    if path == "/api/v1":
+        return _resource_list("v1")
+    if path == "/apis":
+        groups: dict[str, list[str]] = {}
+        for group_version in _group_versions():
+            if "/" in group_version:
+                group, _, version = group_version.partition("/")
+                groups.setdefault(group, []).append(version)
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": group,
+                    "versions": [{"groupVersion": f"{group}/{v}", "version": v} for v in versions],
+                    "preferredVersion": {"groupVersion": f"{group}/{versions[0]}", "version": versions[0]},
+                }
+                for group, versions in groups.items()
+            ],
+        }
+    parts = path.split("/")
+    if len(parts) == 4 and parts[1] == "apis":  # /apis/<group>/<version>
+        return _resource_list(f"{parts[2]}/{parts[3]}")
+    if path == "/openapi/v3":
+        return {"paths": {_openapi_path(gv): {"serverRelativeURL": f"/openapi/v3/{_openapi_path(gv)}"}
+                          for gv in _group_versions()}}  # fmt: skip
+    if path.startswith("/openapi/v3/"):
+        return _openapi_v3(path.removeprefix("/openapi/v3/"))
+    return None
+
+
+def _openapi_path(group_version: str) -> str:
+    return "api/v1" if group_version == "v1" else f"apis/{group_version}"
+
+
+def _openapi_v3(where: str) -> dict[str, Any] | None:
+    """A group version's OpenAPI v3 document, reduced to what kubectl reads from it.
+
+    kubectl (k8s.io/cli-runtime resource/query_param_verifier_v3.go) looks for the PATCH operation
+    of each kind (by its ``x-kubernetes-group-version-kind``) and whether it takes the
+    ``fieldValidation`` query parameter; with it, kubectl leaves validation to the server (the
+    double validates every built-in kind against its schema, strictly) instead of downloading
+    schemas. Schemas themselves are not served.
+    """
+    group_version = next((gv for gv in _group_versions() if _openapi_path(gv) == where), None)
+    if group_version is None:
+        return None
+    group, _, version = group_version.rpartition("/")
+    paths: dict[str, Any] = {}
+    for resource in _group_versions()[group_version]:
+        kind = _KINDS[resource][1]
+        scope = "" if resource in _CLUSTER_SCOPED else "/namespaces/{namespace}"
+        gvk = {"group": group, "version": version, "kind": kind}
+        parameter = {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}
+        patch = {"x-kubernetes-group-version-kind": gvk, "parameters": [parameter], "responses": {}}
+        paths[f"/{where}{scope}/{resource}/{{name}}"] = {"patch": patch}
+    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": SERVER_VERSION["gitVersion"]},
+            "paths": paths}  # fmt: skip

@@ -18,6 +18,9 @@ from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import SUCCESS, Status, unresolvable
 
+_MEMO_LIMIT = 65_536
+"""Entries a memo of a pure function may hold before it is emptied (shapes seen, node tables seen)."""
+
 _ACTIONS: dict[str, Callable[[Session], None]] = {
     "admit": admit.run,
     "allocate": allocate.run,
@@ -43,10 +46,10 @@ class Scheduler:
         self.profile = profile
         self._feasible: dict[Hashable, Status] = {}
         self._static_masks: dict[Hashable, BoolArray] = {}
-        self._shapes: dict[int, tuple[Job, int]] = {}
+        self._shapes: dict[str, tuple[Job, int]] = {}
         self._shape_ids: dict[Hashable, int] = {}
         self._static_of: dict[int, int] = {}
-        self._lanes: dict[int, tuple[Job, str]] = {}
+        self._lanes: dict[str, tuple[Job, str]] = {}
         self._flat: dict[int, Any] = {}
         self._commits = any(p.commits_head for p in profile.order)
         self._heads: dict[str, str] = {}
@@ -79,6 +82,7 @@ class Scheduler:
                 gc.enable()
 
     def _cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
+        self._trim(snapshot)
         session = self._session(snapshot, now, rng, snapshot.pending, snapshot.queues())
         session.promised = self._promised
         session.queue = self._ordered(snapshot.pending, session.ctx)
@@ -89,6 +93,26 @@ class Scheduler:
         if self._commits:
             self._heads = _first_waiting(session)
         return CycleResult(tuple(session.decisions), session.statuses, session.blocked)
+
+    def _trim(self, snapshot: ClusterSnapshot) -> None:
+        """Keep the caches kept across cycles bounded (a long-running driver must not grow).
+
+        Per-job entries are dropped once their job is no longer pending (only
+        when they outnumber the pending jobs, so the check is amortised); the
+        memos of pure functions are emptied when they pass a size no steady
+        workload reaches. Caches only: decisions do not change.
+        """
+        pending = snapshot.pending
+        limit = 2 * len(pending) + 1024
+        if len(self._shapes) > limit or len(self._lanes) > limit:
+            ids = {p.job.id for p in pending}
+            self._shapes = {k: v for k, v in self._shapes.items() if k in ids}
+            self._lanes = {k: v for k, v in self._lanes.items() if k in ids}
+        if len(self._shape_ids) > _MEMO_LIMIT:  # shape numbers are interned: reset them all together
+            self._shapes, self._shape_ids, self._static_of = {}, {}, {}
+        for memo in (self._feasible, self._static_masks):
+            if len(memo) > _MEMO_LIMIT:
+                memo.clear()
 
     def _session(
         self,

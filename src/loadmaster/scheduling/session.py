@@ -36,13 +36,13 @@ class Session:
     blocked: dict[str, Status] = field(default_factory=dict)
     failed_shapes: dict[Hashable, Status] = field(default_factory=dict)
     static_masks: dict[Hashable, BoolArray] = field(default_factory=dict)
-    shapes: dict[int, tuple[Job, int]] = field(default_factory=dict)
-    """Each job's shape number, by object id (kept across cycles by the scheduler)."""
+    shapes: dict[str, tuple[Job, int]] = field(default_factory=dict)
+    """Each job's shape number, by job id, with the job object it was computed for (kept across cycles)."""
     shape_ids: dict[Hashable, int] = field(default_factory=dict)
     """Shape number of each distinct shape (kept across cycles by the scheduler)."""
     static_of: dict[int, int] = field(default_factory=dict)
-    lane_cache: dict[int, tuple[Job, str]] = field(default_factory=dict)
-    """Each job's lane by object id (kept across cycles by the scheduler)."""
+    lane_cache: dict[str, tuple[Job, str]] = field(default_factory=dict)
+    """Each job's lane by job id, with the job object it was computed for (kept across cycles)."""
     """For each shape number, the number of its static part: pool, type, selector, filter keys."""
     failed_requests: dict[Hashable, list[tuple[tuple[int, int, int, int], Status]]] = field(
         default_factory=dict
@@ -78,11 +78,11 @@ class Session:
 
     def _lane_of(self, job: Job) -> str:
         """The profile's lane for ``job``, remembered by job object across cycles (a pure function of it)."""
-        cached = self.lane_cache.get(id(job))
+        cached = self.lane_cache.get(job.id)
         if cached is not None and cached[0] is job:
             return cached[1]
         lane = self.profile.lane(job)
-        self.lane_cache[id(job)] = (job, lane)
+        self.lane_cache[job.id] = (job, lane)
         return lane
 
     def lane(self, job: Job) -> str:

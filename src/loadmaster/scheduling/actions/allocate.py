@@ -187,12 +187,13 @@ def _remember_failure(session: Session, job: Job, shape: int, view: Hashable, fa
 def shape_of(session: Session, job: Job) -> int:
     """What decides whether a job fits, as a small int: equal shapes fit or fail together within a cycle.
 
-    Cached by job object across cycles (a job never changes; the filters'
-    memo keys are functions of the job alone). Shapes are interned to ints
+    Cached by job id across cycles, for the job object it was computed for (a
+    job never changes; the filters' memo keys are functions of the job alone;
+    a driver that builds new objects each cycle just recomputes). Shapes are interned to ints
     because the walks look them up at every visit, and hashing the full
     tuple (with its dataclasses) each time costs more than the lookup.
     """
-    cached = session.shapes.get(id(job))
+    cached = session.shapes.get(job.id)
     if cached is not None and cached[0] is job:
         return cached[1]
     extra = tuple(p.memo_key(job) for p in session.profile.filters)
@@ -203,7 +204,7 @@ def shape_of(session: Session, job: Job) -> int:
     if number is None:
         number = session.shape_ids[shape] = len(session.shape_ids)
         session.static_of[number] = session.shape_ids.setdefault(static, len(session.shape_ids))
-    session.shapes[id(job)] = (job, number)
+    session.shapes[job.id] = (job, number)
     return number
 
 

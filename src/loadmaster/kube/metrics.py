@@ -1,0 +1,191 @@
+"""The scheduler's Prometheus series, named as kube-scheduler names them where one exists.
+
+Names, labels, help texts and buckets follow kube-scheduler's
+``pkg/scheduler/metrics/metrics.go`` and component-base's leader-election
+gauge, so a dashboard or an alert written for kube-scheduler reads loadmaster
+too. Series kube-scheduler has no counterpart for carry the ``loadmaster_``
+prefix.
+
+======================================================  =========  =======================================
+series                                                  type       labels
+======================================================  =========  =======================================
+``scheduler_schedule_attempts_total``                   counter    ``result`` (scheduled, unschedulable,
+                                                                   error), ``profile``
+``scheduler_scheduling_attempt_duration_seconds``       histogram  ``result``, ``profile``
+``scheduler_scheduling_algorithm_duration_seconds``     histogram  (one observation per cycle)
+``scheduler_framework_extension_point_duration_seconds`` histogram ``extension_point="Bind"``, ``status``,
+                                                                   ``profile``: the binding latency
+``scheduler_pending_pods``                              gauge      ``queue``: active, backoff,
+                                                                   unschedulable, gated
+``scheduler_preemption_attempts_total``                 counter
+``scheduler_preemption_victims``                        histogram
+``leader_election_master_status``                       gauge      ``name`` (the Lease): 1 leader, 0 not
+``loadmaster_informer_staleness_seconds``               gauge      ``resource``: since the informer last
+                                                                   heard from the API server
+``loadmaster_gang_rollbacks_total``                     counter    ``profile``
+``process_*``                                           (process)  resident memory, CPU, open files
+======================================================  =========  =======================================
+
+An attempt is one pod of one cycle, as in kube-scheduler: a pod the cycle
+bound is ``scheduled``, one it left waiting with a reason is
+``unschedulable``, one whose bind the API refused is ``error``. Its duration
+is the cycle's algorithm time plus the pod's own bind. Pending queues: pods
+offered to the cycle and waiting are ``unschedulable``; pods never offered
+(a gang short of members or of its PodGroup, a pod that fits nowhere even
+on an empty cluster) are ``gated``, as kube-scheduler counts pods held by a
+PreEnqueue plugin; pods of a gang rolled back this cycle are ``backoff``;
+``active`` counts offered pods the cycle decided nothing about (zero unless
+a cycle was cut short).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+if TYPE_CHECKING:
+    from loadmaster.kube.cluster import StepReport
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The HTTP Content-Type of the text exposition."""
+
+
+def _exponential(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """Bucket bounds as component-base's ``ExponentialBuckets`` makes them."""
+    return tuple(start * factor**i for i in range(count))
+
+
+ATTEMPT_BUCKETS = _exponential(0.001, 2, 15)
+"""kube-scheduler's buckets for attempt and algorithm latency: 1 ms to about 16 s."""
+EXTENSION_POINT_BUCKETS = _exponential(0.0001, 2, 12)
+"""kube-scheduler's buckets for one extension point (here Bind): 0.1 ms to about 200 ms."""
+VICTIM_BUCKETS = _exponential(1, 2, 7)
+
+
+class SchedulerMetrics:
+    """Every series of one scheduler process, in a registry of its own (tests build as many as they like)."""
+
+    def __init__(self, profile: str, lease_name: str = "loadmaster") -> None:
+        self.profile = profile
+        self.lease_name = lease_name
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.attempts = Counter(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be "
+            "scheduled, while 'error' means an internal scheduler problem.",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            ["result", "profile"],
+            buckets=ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.algorithm_duration = Histogram(
+            "scheduler_scheduling_algorithm_duration_seconds",
+            "Scheduling algorithm latency in seconds",
+            buckets=ATTEMPT_BUCKETS,
+            registry=r,
+        )
+        self.extension_point_duration = Histogram(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            ["extension_point", "status", "profile"],
+            buckets=EXTENSION_POINT_BUCKETS,
+            registry=r,
+        )
+        self.pending = Gauge(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type: 'active' offered to the cycle and not decided, "
+            "'backoff' in a gang rolled back, 'unschedulable' attempted and left waiting, 'gated' never "
+            "offered (a gang short of members or of its PodGroup, or a pod that fits nowhere).",
+            ["queue"],
+            registry=r,
+        )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts", "Total preemption attempts in the cluster till now", registry=r
+        )
+        self.preemption_victims = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            buckets=VICTIM_BUCKETS,
+            registry=r,
+        )
+        self.leader = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
+            "1 indicates master. 'name' is the string used to identify the lease.",
+            ["name"],
+            registry=r,
+        )
+        self.staleness = Gauge(
+            "loadmaster_informer_staleness_seconds",
+            "Seconds since the informer last heard from the API server (a list, an event or a bookmark).",
+            ["resource"],
+            registry=r,
+        )
+        self.rollbacks = Counter(
+            "loadmaster_gang_rollbacks", "Gangs whose bind failed part-way and were rolled back.",
+            ["profile"], registry=r,
+        )  # fmt: skip
+        ProcessCollector(registry=r)
+        for queue in ("active", "backoff", "unschedulable", "gated"):
+            self.pending.labels(queue).set(0)
+        self.leader.labels(lease_name).set(0)
+
+    def observe_bind(self, seconds: float) -> None:
+        """One Binding request's latency (status ``Any``: the driver reports latency, not the outcome)."""
+        self.extension_point_duration.labels("Bind", "Any", self.profile).observe(seconds)
+
+    def observe_leader(self, leader: bool) -> None:
+        self.leader.labels(self.lease_name).set(1 if leader else 0)
+
+    def observe_staleness(self, seconds: Mapping[str, float]) -> None:
+        for resource, value in seconds.items():
+            self.staleness.labels(resource).set(value)
+
+    def observe_cycle(self, report: StepReport, binds: Mapping[str, bool]) -> None:
+        """One step that ran the scheduler: attempts by result, pending pods by queue, preemptions.
+
+        ``binds`` maps each pod key the step tried to bind to whether the API accepted it.
+        Pods of jobs the view kept from the cycle (``View.incomplete``) were
+        not attempted: they are ``gated``.
+        """
+        view = report.view
+        if view is None:
+            return
+        algorithm_s = report.algorithm_s
+        self.algorithm_duration.observe(algorithm_s)
+        results: dict[str, str] = {}
+        gated = {key for job_id in view.incomplete for key in view.unbound.get(job_id, ())}
+        for job_id in report.waiting:
+            if job_id in view.incomplete:
+                continue
+            for key in view.unbound.get(job_id, ()):
+                results[key] = "unschedulable"
+        results.update({key: "scheduled" if ok else "error" for key, ok in binds.items()})
+        for result in results.values():
+            self.attempts.labels(result, self.profile).inc()
+            self.attempt_duration.labels(result, self.profile).observe(algorithm_s)
+        offered = {key for keys in view.unbound.values() for key in keys} - gated
+        backoff = {key for job_id in report.rolled_back for key in view.unbound.get(job_id, ())}
+        waiting = {k for k, r in results.items() if r == "unschedulable"}
+        self.pending.labels("unschedulable").set(len(waiting - backoff))
+        self.pending.labels("backoff").set(len(backoff))
+        self.pending.labels("gated").set(len(gated))
+        self.pending.labels("active").set(len(offered - results.keys() - backoff))
+        if report.evicted:
+            self.preemption_attempts.inc()
+            self.preemption_victims.observe(len(report.evicted))
+        for _ in report.rolled_back:
+            self.rollbacks.labels(self.profile).inc()
+
+    def exposition(self) -> bytes:
+        """The text exposition of every series (what ``/metrics`` answers)."""
+        return generate_latest(self.registry)

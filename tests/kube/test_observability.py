@@ -1,0 +1,197 @@
+"""`kube run`'s /healthz, /readyz and /metrics, its logs, and the queues ConfigMap re-read while running."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
+from loadmaster.cli.logs import LogFormat, LogLevel, configure
+from loadmaster.config import load_profiles
+from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.cluster import KubeCluster
+from loadmaster.kube.metrics import SchedulerMetrics
+from loadmaster.kube.queues import QueuesReloader
+from loadmaster.kube.runner import run_loop
+from loadmaster.kube.serving import Health, HealthServer
+from loadmaster.kube.testing import KubeApiDouble
+from loadmaster.scheduling import Scheduler
+
+
+@pytest.fixture
+def cluster(api: KubeApiDouble) -> Iterator[KubeCluster]:
+    client = api_client(host=api.url)  # type: ignore[attr-defined]
+    built = KubeCluster(
+        client,
+        Scheduler(load_profiles()["binpack"]),
+        "a",
+        lease=LeaderElector(client, "a", namespace="loadmaster"),
+    )
+    built.start()
+    yield built
+    built.stop()
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_probes_and_metrics_of_a_running_scheduler(api: KubeApiDouble, cluster: KubeCluster) -> None:
+    api.create("nodes", a_node("n0"))
+    for name, gpus in (("a", 4), ("b", 4), ("c", 8)):
+        api.create("pods", a_pod(name, gpus))
+    api.create("podgroups", a_pod_group("g", 3))
+    api.create("pods", a_pod("g-0", 1, "g"))  # a gang short of members: gated
+    metrics, health = SchedulerMetrics("binpack"), Health()
+    server = HealthServer(health, metrics, "127.0.0.1", 0)
+    server.start()
+    try:
+        assert get(server.port, "/readyz")[0] == 500  # nothing listed yet
+        wait_synced(cluster, api.rv)
+        run_loop(cluster, interval_s=0, max_steps=1, metrics=metrics, health=health)
+        assert get(server.port, "/healthz") == (200, "ok")
+        code, text = get(server.port, "/readyz?verbose")
+        assert code == 200 and "[+]informers ok" in text and "[+]leader-election ok" in text
+        code, text = get(server.port, "/metrics")
+    finally:
+        server.stop()
+    found = samples(text)
+    assert (
+        found[("scheduler_schedule_attempts_total", (("profile", "binpack"), ("result", "scheduled")))] == 2
+    )
+    assert (
+        found[("scheduler_schedule_attempts_total", (("profile", "binpack"), ("result", "unschedulable")))]
+        == 1
+    )
+    assert found[("scheduler_pending_pods", (("queue", "unschedulable"),))] == 1
+    assert found[("scheduler_pending_pods", (("queue", "gated"),))] == 1
+    bind = (("extension_point", "Bind"), ("profile", "binpack"), ("status", "Any"))
+    assert found[("scheduler_framework_extension_point_duration_seconds_count", bind)] == 2
+    assert found[("scheduler_scheduling_algorithm_duration_seconds_count", ())] == 1
+    assert found[("leader_election_master_status", (("name", "loadmaster"),))] == 1
+    assert {labels for name, labels in found if name == "loadmaster_informer_staleness_seconds"} == {
+        (("resource", kind),) for kind in cluster.informers
+    }
+    assert found[("process_resident_memory_bytes", ())] > 0
+
+
+def test_a_stuck_loop_fails_liveness_and_a_lost_lease_fails_readiness() -> None:
+    now = [0.0]
+    health = Health(liveness_timeout_s=60, stale_after_s=120, clock=lambda: now[0])
+    health.stepped(True, "standby", {"pods": 1.0})
+    assert all(v is None for v in health.ready().values())  # a standby is ready
+    now[0] = 61.0
+    assert health.live()["loop"] == "no step for 61 s (> 60 s)"
+    health.stepped(True, "unknown", {"pods": 500.0})
+    ready = health.ready()
+    assert ready["loop"] is None and ready["informers"] == "stale: pods 500 s"
+    assert ready["leader-election"] == "role 'unknown': the Lease could not be read"
+
+
+def test_a_failing_step_is_logged_and_the_loop_goes_on(cluster: KubeCluster, caplog: Any) -> None:
+    calls: list[int] = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    with caplog.at_level(logging.ERROR, logger="loadmaster"):
+        steps = run_loop(cluster, interval_s=0, max_steps=3, before_step=broken)
+    assert steps == 3 and len(calls) == 3
+    failures = [r for r in caplog.records if r.getMessage().startswith("scheduling step failed")]
+    assert len(failures) == 3 and failures[0].exc_info is not None
+
+
+def test_the_loop_stops_when_told(cluster: KubeCluster) -> None:
+    stop = threading.Event()
+    stop.set()
+    assert run_loop(cluster, interval_s=10, stop=stop) == 0
+
+
+def test_json_logs_carry_the_extra_fields() -> None:
+    stream = io.StringIO()
+    configure(LogLevel.info, LogFormat.json, stream)
+    log = logging.getLogger("loadmaster.kube.test")
+    log.debug("hidden")
+    log.info("bound", extra={"pod": "team-a/p0", "node": "n0"})
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        log.exception("failed")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [r["msg"] for r in lines] == ["bound", "failed"]
+    assert lines[0]["pod"] == "team-a/p0" and lines[0]["node"] == "n0" and lines[0]["level"] == "info"
+    assert "ValueError: bad" in lines[1]["exc"]
+    configure(LogLevel.warning, LogFormat.plain, stream)
+    log.warning("plain", extra={"pod": "p"})
+    assert stream.getvalue().splitlines()[-1].endswith("loadmaster.kube.test: plain pod=p")
+
+
+QUEUES = (
+    "quota:\n  unknown_group: reject\n  orgs:\n    research:\n      groups:\n        team-a: {nominal: %d}\n"
+)
+
+
+def queues_configmap(nominal: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "loadmaster-queues", "namespace": "loadmaster"},
+        "data": {"plugins.yaml": QUEUES % nominal},
+    }
+
+
+def nominal(profile: Any) -> int:
+    quota = next(p for p in profile.plugins if p.name == "quota")
+    return int(quota.args.orgs["research"].groups["team-a"].nominal)
+
+
+def edit(api: KubeApiDouble, text: str) -> None:
+    with api.lock:
+        api.patch("configmaps", "loadmaster/loadmaster-queues", {"data": {"plugins.yaml": text}})
+
+
+def test_the_queues_configmap_is_reloaded_when_it_changes(api: KubeApiDouble, caplog: Any) -> None:
+    api.create("configmaps", queues_configmap(4))
+    now = [0.0]
+    reloader = QueuesReloader(api_client(host=api.url), ["fair"], every_s=10, clock=lambda: now[0])  # type: ignore[attr-defined]
+    assert nominal(reloader.load()["fair"]) == 4
+    edit(api, QUEUES % 8)
+    assert reloader.poll() is None  # not yet time to look
+    now[0] = 10.0
+    changed = reloader.poll()
+    assert changed is not None and nominal(changed["fair"]) == 8
+    now[0] = 20.0
+    assert reloader.poll() is None  # unchanged
+    edit(api, "quota: [1]")
+    now[0] = 30.0
+    with caplog.at_level(logging.ERROR, logger="loadmaster"):
+        assert reloader.poll() is None  # invalid: the running configuration stays
+    assert reloader.failures == 1 and reloader.reloads == 1
+    assert "must map plugin names" in caplog.records[-1].error  # type: ignore[attr-defined]
+    with api.lock:  # the double's own methods expect its lock held, as its HTTP handler holds it
+        api.delete("configmaps", "loadmaster/loadmaster-queues")
+    now[0] = 40.0
+    back = reloader.poll()  # deleted: the profile as written
+    assert back is not None and reloader.reloads == 2
