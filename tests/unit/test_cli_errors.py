@@ -139,3 +139,27 @@ def test_rejected_jobs_are_said_under_the_table(
     assert code == 0, text
     assert "nsml: 1 of 1 jobs rejected at arrival" in text
     assert "resource type" in text
+
+
+def test_a_command_whose_extra_is_missing_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An install of the core alone (`pip install loadmaster`) lacks e.g. plotting: one line, no traceback."""
+
+    def no_plotting() -> None:
+        raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib.pyplot")
+
+    monkeypatch.setattr("loadmaster.cli.app", no_plotting)
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    assert "pip install 'loadmaster[report]'" in capsys.readouterr().err
+
+
+def test_a_missing_module_that_is_no_extra_is_a_bug_shown_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken() -> None:
+        raise ModuleNotFoundError("No module named 'loadmaster.nowhere'", name="loadmaster.nowhere")
+
+    monkeypatch.setattr("loadmaster.cli.app", broken)
+    with pytest.raises(ModuleNotFoundError):
+        main()

@@ -177,3 +177,37 @@ def main() -> None:
         # Plain print: rich would wrap a long path across lines, and the message must stay greppable.
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except ModuleNotFoundError as exc:
+        extra = missing_extra(exc.name)
+        if extra is None:
+            raise  # not an optional dependency: a real bug, shown whole
+        print(
+            f"error: this command needs {exc.name!r}, from loadmaster's {extra!r} extra: "
+            f"pip install 'loadmaster[{extra}]'",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+
+
+EXTRA_OF_MODULE = {
+    "matplotlib": "report",
+    "plotly": "report",
+    "fastapi": "serve",
+    "uvicorn": "serve",
+    "duckdb": "serve",
+    "kubernetes": "kube",
+    "kubernetes_validate": "submit",
+    "prometheus_client": "kube",
+    "pynvml": "agent",
+    "grpc": "agent",
+    "google": "agent",
+    "torch": "rl",
+    "gymnasium": "rl",
+    "ray": "ray",
+}
+"""Top-level module -> the pyproject extra that installs it (an install of the core alone lacks them)."""
+
+
+def missing_extra(module: str | None) -> str | None:
+    """The extra that provides ``module`` (a dotted name: its top level counts), or None."""
+    return EXTRA_OF_MODULE.get((module or "").split(".")[0])
