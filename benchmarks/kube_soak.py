@@ -50,8 +50,8 @@ from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.scheduling import Scheduler
+from loadmaster_testing.kube_api import KubeApiDouble
 from results_io import print_targets, write_results
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,10 +18,10 @@ from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.model import Job, TaskRequest, TraceJob
 from loadmaster.scheduling import Scheduler
 from loadmaster.sim.simulator import SimOptions, Simulator
+from loadmaster_testing.kube_api import KubeApiDouble
 
 pytest.importorskip("kubernetes")
 

@@ -25,8 +25,8 @@ from loadmaster.kube.cluster import KubeCluster
 from loadmaster.kube.metrics import SchedulerMetrics
 from loadmaster.kube.runner import run_loop
 from loadmaster.kube.serving import Health, HealthServer
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.scheduling import Scheduler
+from loadmaster_testing.kube_api import KubeApiDouble
 
 
 def free_port() -> int:

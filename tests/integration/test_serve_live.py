@@ -24,10 +24,10 @@ from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import api_client
 from loadmaster.kube.cluster import KubeCluster
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.scheduling import Scheduler
 from loadmaster.serve.identity import hash_token
 from loadmaster.telemetry.podresources.fake import FakePodResources, gpu_pod
+from loadmaster_testing.kube_api import KubeApiDouble
 
 CLI = [sys.executable, "-c", "from loadmaster.cli import main; main()"]
 TOKEN = "operator-token-0123456789abcdef"

@@ -24,8 +24,6 @@ from kube.helpers import a_node
 from loadmaster.cli import app
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
-from loadmaster.kube.jobdouble import JobControllerDouble
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.scheduling import PluginSpec, Scheduler, build_profile
 from loadmaster.telemetry.exposition import MetricsServer, latest_values
 from loadmaster.telemetry.memory import MemoryStore
@@ -38,6 +36,8 @@ from loadmaster.telemetry.synthetic import (
     SyntheticTelemetry,
     TelemetryPlan,
 )
+from loadmaster_testing.kube_api import KubeApiDouble
+from loadmaster_testing.kube_jobs import JobControllerDouble
 
 runner = CliRunner()
 

@@ -33,8 +33,8 @@ from kube.helpers import a_node, a_pod, a_pod_group
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.scheduling import Scheduler
+from loadmaster_testing.kube_api import KubeApiDouble
 
 NODE_NAMES = ("n0", "n1", "n2", "n3")
 GPUS_PER_NODE = 8

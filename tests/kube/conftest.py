@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from loadmaster.kube.testing import KubeApiDouble
+from loadmaster_testing.kube_api import KubeApiDouble
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from loadmaster.config import load_cluster
 from loadmaster.errors import ConfigError
 from loadmaster.kube.api import api_client
 from loadmaster.kube.queues import load_profile, plugin_args_from
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.traces.trace import read_parquet
+from loadmaster_testing.kube_api import KubeApiDouble
 
 runner = CliRunner()
 

@@ -16,8 +16,8 @@ from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
 from loadmaster.kube.queues import plugin_args_from, profile_with
-from loadmaster.kube.testing import SCHEMA_VERSION, KubeApiDouble
 from loadmaster.scheduling import Scheduler
+from loadmaster_testing.kube_api import SCHEMA_VERSION, KubeApiDouble
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CRD_GROUPS = ("scheduling.x-k8s.io/", "kubeflow.org/")

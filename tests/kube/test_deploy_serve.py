@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from loadmaster.cli import app
 from loadmaster.kube.api import api_client
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.kube.watch import ClusterWatch
 from loadmaster.serve.config import load_serve_config
 from loadmaster.serve.identity import HashedTokens
+from loadmaster_testing.kube_api import KubeApiDouble
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

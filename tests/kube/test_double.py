@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kube.helpers import a_node, a_pod
 from loadmaster.kube.api import api_client
-from loadmaster.kube.testing import KubeApiDouble
+from loadmaster_testing.kube_api import KubeApiDouble
 
 
 class Clock:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from kube.helpers import a_node, a_pod
-from loadmaster.kube.testing import KubeApiDouble
+from loadmaster_testing.kube_api import KubeApiDouble
 
 ENTRY_POINT = Path(sys.executable).parent / "loadmaster"
 PLOTTING = ("matplotlib", "plotly", "fastapi", "duckdb", "torch", "gymnasium")

@@ -25,8 +25,8 @@ from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
 from loadmaster.kube.runner import run_loop
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.scheduling import Scheduler
+from loadmaster_testing.kube_api import KubeApiDouble
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "examples"
 GANG = {f"gang-demo-{i}" for i in range(4)}

@@ -19,8 +19,8 @@ from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import ROLLBACK_ANNOTATION, TIMEOUT_CONDITION, KubeCluster
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.scheduling import Scheduler
+from loadmaster_testing.kube_api import KubeApiDouble
 
 GPU = "nvidia.com/gpu"
 

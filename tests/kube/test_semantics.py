@@ -20,9 +20,9 @@ from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster, StepReport
 from loadmaster.kube.profiles import ProfileScheduler
 from loadmaster.kube.semantics import mig_layouts
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.model.mig import layout_text
 from loadmaster.scheduling import Scheduler
+from loadmaster_testing.kube_api import KubeApiDouble
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import api_client
 from loadmaster.kube.cluster import KubeCluster
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.kube.watch import ClusterWatch
 from loadmaster.scheduling import Scheduler
 from loadmaster.serve import create_app
@@ -27,6 +26,7 @@ from loadmaster.telemetry import SAMPLE_SCHEMA, field_code
 from loadmaster.telemetry.memory import MemoryStore
 from loadmaster.telemetry.schema import field
 from loadmaster.telemetry.store import Series
+from loadmaster_testing.kube_api import KubeApiDouble
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # Starlette's TestClient warns about its httpx transport on import

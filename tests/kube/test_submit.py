@@ -1,6 +1,6 @@
 """`loadmaster submit | queue | jobs | status | cancel | logs` on the API double, with the official client.
 
-The Job controller is the double of :mod:`loadmaster.kube.jobdouble` (no
+The Job controller is the double of :mod:`loadmaster_testing.kube_jobs` (no
 controller-manager runs here); scheduling is ``KubeCluster``, the same loop
 ``loadmaster kube run`` runs.
 """
@@ -20,10 +20,10 @@ from loadmaster.config import load_profiles
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
-from loadmaster.kube.jobdouble import JobControllerDouble
-from loadmaster.kube.testing import KubeApiDouble
 from loadmaster.model.cuda import DriverVersion, driver_labels
 from loadmaster.scheduling import PluginSpec, Scheduler, build_profile
+from loadmaster_testing.kube_api import KubeApiDouble
+from loadmaster_testing.kube_jobs import JobControllerDouble
 
 runner = CliRunner()
 JOB = "train"

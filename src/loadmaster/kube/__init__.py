@@ -7,7 +7,7 @@ official client (informers, leader Lease), :mod:`cluster` is the loop body
 the profile, :mod:`snapshot` turns the live cluster into a cluster spec and a
 trace, :mod:`semantics` adds kube-scheduler's default plugins to every
 profile and turns advertised MIG devices into a MIG pool, :mod:`profiles`
-runs several profiles by ``schedulerName``, and :mod:`testing` is the
-in-process API double the contract tests and the benchmark drive the
-official client against.
+runs several profiles by ``schedulerName``. The in-process API double the
+tests and the benchmarks drive the official client against lives outside
+the runtime package, in ``loadmaster_testing.kube_api``.
 """

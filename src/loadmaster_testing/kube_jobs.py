@@ -30,7 +30,7 @@ import itertools
 from typing import Any
 
 from loadmaster.kube.submit import INDEX_ANNOTATION
-from loadmaster.kube.testing import KubeApiDouble
+from loadmaster_testing.kube_api import KubeApiDouble
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
