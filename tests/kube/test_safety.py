@@ -240,6 +240,21 @@ def test_expiry_is_judged_on_the_local_clock_not_the_holders_timestamps(api: Kub
     assert other.acquire_or_renew() and not behind.holds_now()
 
 
+def test_a_replica_that_cannot_read_the_lease_does_not_call_itself_standby(api: KubeApiDouble) -> None:
+    """/readyz's leader-election check: leader, standby (knows who leads), or unknown (not ready)."""
+    client = api_client(host=api.url)  # type: ignore[attr-defined]
+    local = Clock()
+    leader = LeaderElector(client, "a", clock=local, monotonic=local)
+    other = LeaderElector(client, "b", clock=local, monotonic=local)
+    assert other.role() == "unknown"  # never read the Lease yet
+    assert leader.acquire_or_renew() and not other.acquire_or_renew()
+    assert (leader.role(), other.role()) == ("leader", "standby")
+    api.unavailable_for(30)
+    local.now += 16  # the leader's renew deadline lapsed; nobody could read the Lease since
+    assert not other.acquire_or_renew() and not leader.acquire_or_renew()
+    assert (leader.role(), other.role()) == ("unknown", "unknown")
+
+
 def test_the_renewal_thread_keeps_the_lease_and_the_deadline_lapses_without_it(api: KubeApiDouble) -> None:
     client = api_client(host=api.url)  # type: ignore[attr-defined]
     local = Clock()

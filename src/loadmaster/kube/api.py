@@ -229,6 +229,7 @@ class LeaderElector:
             )
         self._observed: tuple[object, ...] | None = None
         self._observed_at = 0.0
+        self._read_at = float("-inf")
         self._valid_until = float("-inf")
         self._leading = False
         self._lock = threading.Lock()
@@ -241,6 +242,14 @@ class LeaderElector:
         if not leading and self._leading:
             self._set_leading(False, "renew deadline passed without a successful renewal")
         return leading
+
+    def role(self) -> str:
+        """``leader`` (holds the lease now), ``standby`` (read the Lease within ``lease_duration_s``: it
+        knows who leads and can take over) or ``unknown`` (the Lease could not be read lately: the
+        replica cannot tell whether it may lead, so its readiness fails)."""
+        if self.holds_now():
+            return "leader"
+        return "standby" if self.monotonic() - self._read_at <= self.lease_duration_s else "unknown"
 
     def acquire_or_renew(self) -> bool:
         """Try once to take or renew the lease; True when this replica holds it now."""
@@ -299,6 +308,7 @@ class LeaderElector:
             if exc.status != 404:
                 log.warning("lease %s/%s: read failed: %s", self.namespace, self.name, _short(exc))
                 return False
+            self._read_at = now  # read: there is no Lease yet
             body = client.V1Lease(
                 api_version="coordination.k8s.io/v1",
                 kind="Lease",
@@ -309,6 +319,7 @@ class LeaderElector:
         except ApiFailure as exc:
             log.warning("lease %s/%s: read failed: %s", self.namespace, self.name, _short(exc))
             return False
+        self._read_at = now
         spec = lease.spec if lease.spec is not None else client.V1LeaseSpec()
         self._observe(spec, now)
         holder = spec.holder_identity

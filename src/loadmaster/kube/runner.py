@@ -83,7 +83,7 @@ def _observe(
             metrics.observe_cycle(report, binds)
     if health is not None:
         synced = all(i.version > 0 for i in cluster.informers.values())
-        health.stepped(synced, "leader" if report.leader else "standby", staleness)
+        health.stepped(synced, "leader" if report.leader else cluster.lease.role(), staleness)
     if report.bound or report.evicted or report.rolled_back:
         log.info(
             "cycle",

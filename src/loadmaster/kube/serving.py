@@ -10,8 +10,9 @@ one ``[+]name ok`` / ``[-]name failed: why`` line per check.
   a reason to restart, so the timeout is generous.
 * ``/readyz`` (readiness): every informer has listed its kind and heard from
   the API server within ``stale_after_s``, and the replica knows its role:
-  ``leader`` or ``standby`` (it read the Lease on its last try). A standby is
-  ready: it serves metrics and takes over when the leader goes.
+  ``leader`` or ``standby`` (it read the Lease within the lease duration). A
+  standby is ready: it serves metrics and takes over when the leader goes. A
+  replica that could not read the Lease for longer is ``unknown``, not ready.
 * ``/metrics``: :class:`~loadmaster.kube.metrics.SchedulerMetrics` in the
   Prometheus text format.
 """
