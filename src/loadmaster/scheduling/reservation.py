@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import PendingJob, RunningJob, TaskPlacement, TaskRequest, gpu_summary
+from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacement, TaskRequest, gpu_summary
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
 from loadmaster.scheduling.placement import Scoring, place_job
@@ -82,6 +82,32 @@ def _room(state: WorkingState, allowed: BoolArray, request: TaskRequest) -> int:
     return int(np.where(allowed, fit.capacity(state, request), 0).sum())
 
 
+def _room_less(state: WorkingState, held: Held, allowed: BoolArray, request: TaskRequest) -> int:
+    """``_room`` of ``state`` less ``held`` (clamped at zero, as :meth:`WorkingState.subtract` does),
+    without building that state: only the arrays the request's capacity reads. No MIG pool."""
+    cap = np.full(len(state.nodes), fit.UNLIMITED, dtype=np.int64)
+    if request.whole_gpus or request.is_fractional:
+        gpu = np.maximum(state.gpu_free - held.gpu, 0)
+        if request.whole_gpus:
+            cap = np.minimum(cap, np.count_nonzero(gpu == MILLI_PER_GPU, axis=1) // request.whole_gpus)
+        else:
+            cap = np.minimum(cap, (gpu // request.gpu_milli).sum(axis=1))
+    elif request.mig_profile is not None:
+        return 0 if state.mig is None else _room(without_held(state, held), allowed, request)
+    if request.cpu_milli:
+        cap = np.minimum(cap, np.maximum(state.cpu_free - held.cpu, 0) // request.cpu_milli)
+    if request.memory_mib:
+        cap = np.minimum(cap, np.maximum(state.memory_free - held.memory, 0) // request.memory_mib)
+    return int(np.where(allowed, cap, 0).sum())
+
+
+def without_held(state: WorkingState, held: Held) -> WorkingState:
+    """A copy of ``state`` less ``held`` (clamped at zero)."""
+    view = state.copy()
+    view.subtract(held)
+    return view
+
+
 @dataclass(frozen=True, slots=True)
 class Placer:
     """What placing a job needs besides the state: its allowed nodes, the scoring and the topology rule."""
@@ -126,6 +152,25 @@ class ReleasePlan:
         self.node = np.concatenate([n for _, n in flats]) if flats else empty
         self.gpu_upto = _upto([len(g) for g, _ in flats])
         self.node_upto = _upto([len(n) for _, n in flats])
+        self._per_node: dict[
+            int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+        ] = {}
+
+    def per_node(
+        self, k: int, size: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """GPUs, milli-CPU and MiB the first ``k`` releases give back, per node (kept: every
+        reservation's search of the cycle probes the same ``k``s first)."""
+        found = self._per_node.get(k)
+        if found is None:
+            g, n = self.gpu[: self.gpu_upto[k]], self.node[: self.node_upto[k]]
+            found = (
+                np.bincount(g[:, 0], minlength=size),
+                np.bincount(n[:, 0], weights=n[:, 1], minlength=size).astype(np.int64),
+                np.bincount(n[:, 0], weights=n[:, 2], minlength=size).astype(np.int64),
+            )
+            self._per_node[k] = found
+        return found
 
     def plus(self, extra: Sequence[Release]) -> ReleasePlan:
         """This plan with ``extra`` releases merged in, in time order (ties: this plan's first).
@@ -146,6 +191,7 @@ class ReleasePlan:
         gpu_counts = [sum(len(p.gpu_indices) for p in e.placements) for e in extra]
         order = np.argsort(np.array(self.times + [e.end_s for e in extra]), kind="stable")
         merged = copy.copy(self)
+        merged._per_node = {}
         everyone = [*self.ends, *extra]
         merged.ends = [everyone[i] for i in order]
         merged.times = [e.end_s for e in merged.ends]
@@ -210,20 +256,16 @@ class Future:
         Counts every released GPU as wholly free (exact unless GPUs are shared),
         without building the state: cheap enough for every step of a search.
         """
-        state, plan, size = self.state, self.plan, len(self.state.nodes)
-        g, n = plan.gpu[: plan.gpu_upto[k]], plan.node[: plan.node_upto[k]]
+        state, size = self.state, len(self.state.nodes)
+        gpus, cpus, memories = self.plan.per_node(k, size)
         cap = np.full(size, np.iinfo(np.int64).max // 2, dtype=np.int64)
         if request.whole_gpus:
-            whole = state.whole_free + np.bincount(g[:, 0], minlength=size)
+            whole = state.whole_free + gpus
             cap = np.minimum(cap, np.minimum(whole, state.nodes.gpus) // request.whole_gpus)
         if request.cpu_milli:
-            cpu = state.cpu_free + np.bincount(n[:, 0], weights=n[:, 1], minlength=size).astype(np.int64)
-            cap = np.minimum(cap, cpu // request.cpu_milli)
+            cap = np.minimum(cap, (state.cpu_free + cpus) // request.cpu_milli)
         if request.memory_mib:
-            memory = state.memory_free + np.bincount(n[:, 0], weights=n[:, 2], minlength=size).astype(
-                np.int64
-            )
-            cap = np.minimum(cap, memory // request.memory_mib)
+            cap = np.minimum(cap, (state.memory_free + memories) // request.memory_mib)
         return int(np.where(allowed, cap, 0).sum())
 
 
@@ -253,6 +295,9 @@ def earliest_start(
     times = itertools.islice(future.times, first, None)  # already in order: merged lazily, no copy
     index = first
     state = future.after(first)
+    request = pending.job.request
+    sums: dict[tuple[int, ...], Held] = {}
+    """Summed holdings of each set of overlapping reservations met in the scan."""
     previous = None
     for time_s in heapq.merge([start], times, ends):
         if time_s == previous:
@@ -266,8 +311,19 @@ def earliest_start(
                 for placement in release.placements:
                     state.release(placement)
         index = upto
-        view = without(state, reservations, time_s, time_s + run_s)
-        if _room(view, placer.allowed, pending.job.request) < need:
+        overlapping = tuple(i for i, r in enumerate(reservations) if r.overlaps(time_s, time_s + run_s))
+        if not overlapping:
+            view = state
+        else:
+            held = sums.get(overlapping)
+            if held is None:
+                held = sums[overlapping] = functools.reduce(
+                    operator.add, (reservations[i].held for i in overlapping)
+                )
+            if state.mig is None and _room_less(state, held, placer.allowed, request) < need:
+                continue  # the view would not hold the job: not worth building (most candidate times)
+            view = without_held(state, held)
+        if _room(view, placer.allowed, request) < need:
             continue
         with ctx.viewing(view):
             placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
