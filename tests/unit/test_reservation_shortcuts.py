@@ -72,3 +72,69 @@ def test_per_node_release_sums_match_the_rows(ends: list[tuple[TaskPlacement, ..
     assert cpus.tolist() == [sum(p.cpu_milli for p in released if p.node == n) for n in range(4)]
     assert memories.tolist() == [sum(p.memory_mib for p in released if p.node == n) for n in range(4)]
     assert plan.per_node(k, len(NODES)) is plan.per_node(k, len(NODES))
+
+
+def _rows(plan: ReleasePlan) -> tuple[list[float], list[list[int]], list[list[int]], list[int], list[int]]:
+    return (
+        plan.times,
+        plan.gpu.tolist(),
+        plan.node.tolist(),
+        plan.gpu_upto.tolist(),
+        plan.node_upto.tolist(),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cycles=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 11), max_size=8, unique=True),  # which of 12 jobs run (in this order)
+            st.sampled_from([0.0, 15.0, 30.0, 60.0]),  # now
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    placements=st.lists(st.lists(_placement, min_size=1, max_size=3).map(tuple), min_size=12, max_size=12),
+    starts=st.lists(st.sampled_from([0.0, 5.0, 10.0]), min_size=12, max_size=12),
+    limits=st.lists(st.sampled_from([10.0, 20.0, 40.0]), min_size=12, max_size=12),
+)
+def test_release_book_plans_as_the_plan_built_each_cycle(
+    cycles: list[tuple[list[int], float]],
+    placements: list[tuple[TaskPlacement, ...]],
+    starts: list[float],
+    limits: list[float],
+) -> None:
+    from builders import a_job  # noqa: PLC0415
+    from loadmaster.model import RunningJob  # noqa: PLC0415
+    from loadmaster.scheduling.reservation import ReleaseBook, releases  # noqa: PLC0415
+
+    jobs = [RunningJob(a_job(f"j{i}").limit(limits[i]).build(), placements[i], starts[i]) for i in range(12)]
+    book = ReleaseBook()
+    for chosen, now in cycles:
+        running = [jobs[i] for i in chosen]
+        expected = ReleasePlan(releases(running, now, {r.job.id: r.job.time_limit_s for r in running}), {})
+        got = book.plan(running, now, lambda r: r.job.time_limit_s)
+        assert _rows(got) == _rows(expected)
+        assert [(e.end_s, e.placements) for e in got.ends] == [(e.end_s, e.placements) for e in expected.ends]
+        assert len(book) <= 2 * len(running) + 1024
+
+
+def test_release_book_drops_ended_jobs_and_still_plans_the_same() -> None:
+    from builders import a_job  # noqa: PLC0415
+    from loadmaster.model import RunningJob  # noqa: PLC0415
+    from loadmaster.scheduling.reservation import ReleaseBook, releases  # noqa: PLC0415
+
+    book = ReleaseBook()
+    for cycle in range(4):
+        running = [
+            RunningJob(
+                a_job(f"c{cycle}-{i}").limit(float(i % 7 + 1)).build(),
+                (TaskPlacement(i % 4, (i % 4,), 1000, i, 2 * i),),
+                float(cycle),
+            )
+            for i in range(600)
+        ]
+        expected = ReleasePlan(releases(running, 3.0, {r.job.id: r.job.time_limit_s for r in running}), {})
+        got = book.plan(running, 3.0, lambda r: r.job.time_limit_s)
+        assert _rows(got) == _rows(expected)
+        assert len(book) <= 2 * 600 + 1024

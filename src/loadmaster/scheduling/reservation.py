@@ -16,8 +16,9 @@ import functools
 import heapq
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -156,6 +157,23 @@ class ReleasePlan:
             int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
         ] = {}
 
+    @classmethod
+    def of(
+        cls,
+        ends: Sequence[Release],
+        *,
+        times: list[float],
+        gpu: npt.NDArray[np.int64],
+        gpu_upto: npt.NDArray[np.int64],
+        node: npt.NDArray[np.int64],
+        node_upto: npt.NDArray[np.int64],
+    ) -> ReleasePlan:
+        """A plan from its parts, already flattened and in time order (see :class:`ReleaseBook`)."""
+        plan = cls.__new__(cls)
+        plan.ends, plan.times, plan.gpu, plan.gpu_upto = ends, times, gpu, gpu_upto
+        plan.node, plan.node_upto, plan._per_node = node, node_upto, {}
+        return plan
+
     def per_node(
         self, k: int, size: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -199,6 +217,142 @@ class ReleasePlan:
         counts = [len(e.placements) for e in extra]
         merged.node, merged.node_upto = _merge_blocks(self.node, self.node_upto, node, _upto(counts), order)
         return merged
+
+
+class _Ends(Sequence[Release]):
+    """A plan's releases in time order, made on demand from the book's rows (most are never read)."""
+
+    def __init__(
+        self, times: list[float], placements: list[tuple[TaskPlacement, ...]], slots: list[int]
+    ) -> None:
+        self._times = times
+        self._placements = placements
+        self._slots = slots
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    @overload
+    def __getitem__(self, index: int) -> Release: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Release]: ...
+    def __getitem__(self, index: int | slice) -> Release | list[Release]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return Release(self._times[index], self._placements[self._slots[index]])
+
+
+class ReleaseBook:
+    """The running jobs' releases kept from cycle to cycle, for plugins whose estimate of a running
+    job depends on the job alone (``ReservePlugin.fixed_running_estimates``).
+
+    Each running job is flattened and its expected end computed once, when it
+    is first seen, into arrays that grow by doubling; a cycle's plan is then a
+    stable sort of the ends (clamped to now, ties in the snapshot's order of
+    running jobs, exactly as :func:`releases` sorts them) and a gather of rows,
+    all vectorised. Jobs no longer running are dropped once they outnumber the
+    running ones, so the book stays the size of the cluster's running set.
+    """
+
+    def __init__(self) -> None:
+        self._slot_of: dict[str, tuple[RunningJob, int]] = {}
+        self._placements: list[tuple[TaskPlacement, ...]] = []
+        self._natural = np.zeros(64, dtype=float)
+        self._gpu_at = np.zeros(64, dtype=np.int64)
+        self._gpu_count = np.zeros(64, dtype=np.int64)
+        self._node_at = np.zeros(64, dtype=np.int64)
+        self._node_count = np.zeros(64, dtype=np.int64)
+        self._gpu_rows = np.zeros((256, 3), dtype=np.int64)
+        self._node_rows = np.zeros((256, 3), dtype=np.int64)
+        self._gpu_used = 0
+        self._node_used = 0
+
+    def __len__(self) -> int:
+        """Jobs the book holds (running now or lately)."""
+        return len(self._placements)
+
+    def _add(self, running: RunningJob, natural_end_s: float, gpu: IntArray2, node: IntArray2) -> int:
+        slot = len(self._placements)
+        if slot == len(self._natural):
+            for name in ("_natural", "_gpu_at", "_gpu_count", "_node_at", "_node_count"):
+                column = getattr(self, name)
+                setattr(self, name, np.concatenate([column, np.zeros_like(column)]))
+        self._gpu_rows, self._gpu_at[slot] = _append(self._gpu_rows, self._gpu_used, gpu), self._gpu_used
+        self._node_rows, self._node_at[slot] = (
+            _append(self._node_rows, self._node_used, node),
+            self._node_used,
+        )
+        self._gpu_used += len(gpu)
+        self._node_used += len(node)
+        self._gpu_count[slot], self._node_count[slot] = len(gpu), len(node)
+        self._natural[slot] = natural_end_s
+        self._placements.append(running.placements)
+        self._slot_of[running.job.id] = (running, slot)
+        return slot
+
+    def _compact(self, running: list[RunningJob]) -> None:
+        """Keep only the jobs running now, in their order (slot i is running[i])."""
+        kept = [self._slot_of[r.job.id] for r in running]
+        old = (self._natural, self._gpu_at, self._gpu_count, self._node_at, self._node_count)
+        gpu_rows, node_rows, placements = self._gpu_rows, self._node_rows, self._placements
+        self.__init__()  # type: ignore[misc]
+        for job, slot in kept:
+            gpu = gpu_rows[old[1][slot] : old[1][slot] + old[2][slot]]
+            node = node_rows[old[3][slot] : old[3][slot] + old[4][slot]]
+            self._add(job, float(old[0][slot]), gpu, node)
+            self._placements[-1] = placements[slot]
+
+    def plan(
+        self, running: Collection[RunningJob], now: float, estimate_s: Callable[[RunningJob], float]
+    ) -> ReleasePlan:
+        """The plan ``ReleasePlan(releases(running, now, estimates), cache)`` would be."""
+        jobs = list(running)
+        get = self._slot_of.get
+        slots: list[int] = []
+        for job in jobs:
+            hit = get(job.job.id)
+            if hit is None or hit[0] is not job:
+                gpu, node = _flat(job.placements, {})
+                slots.append(self._add(job, job.start_s + estimate_s(job), gpu, node))
+            else:
+                slots.append(hit[1])
+        if len(self._placements) > 2 * len(jobs) + 1024:
+            self._compact(jobs)
+            slots = list(range(len(jobs)))
+        index = np.array(slots, dtype=np.int64)
+        ends = np.maximum(self._natural[index], now)
+        order = np.argsort(ends, kind="stable")  # as releases() sorts: by end, ties in running order
+        chosen = index[order]
+        gpu, gpu_upto = _gather(self._gpu_rows, self._gpu_at[chosen], self._gpu_count[chosen])
+        node, node_upto = _gather(self._node_rows, self._node_at[chosen], self._node_count[chosen])
+        times: list[float] = ends[order].tolist()
+        ordered = _Ends(times, self._placements, chosen.tolist())
+        return ReleasePlan.of(
+            ordered, times=times, gpu=gpu, gpu_upto=gpu_upto, node=node, node_upto=node_upto
+        )
+
+
+IntArray2 = npt.NDArray[np.int64]
+"""Rows of three integers."""
+
+
+def _append(rows: IntArray2, used: int, more: IntArray2) -> IntArray2:
+    """``rows`` (of which ``used`` are in use) with ``more`` written after them, grown by doubling."""
+    if used + len(more) > len(rows):
+        grown = np.zeros((max(2 * len(rows), used + len(more)), 3), dtype=np.int64)
+        grown[:used] = rows[:used]
+        rows = grown
+    rows[used : used + len(more)] = more
+    return rows
+
+
+def _gather(
+    rows: npt.NDArray[np.int64], starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Blocks ``rows[starts[i] : starts[i] + counts[i]]`` one after another, and where each begins."""
+    upto = _upto(counts)
+    block = np.repeat(np.arange(len(counts)), counts)
+    return rows[starts[block] + (np.arange(upto[-1]) - upto[:-1][block])], upto
 
 
 def _upto(counts: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
