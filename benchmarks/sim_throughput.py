@@ -193,6 +193,7 @@ def main() -> None:
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     if BASELINE not in profiles:
         profiles.insert(0, BASELINE)
+    source = _commit()  # before the runs, which take long enough for the checkout to move on
     full = not args.quick and jobs == JOBS and loads == LOADS and tuple(profiles) == PROFILES
     runs: dict[str, dict[str, float] | None] = {}
     header = f"{'profile':<14}{'jobs':>9}{'load':>6}{'simulate s':>12}{'jobs/s':>10}{'x binpack':>11}"
@@ -200,6 +201,11 @@ def main() -> None:
     for count in jobs:
         for load in loads:
             for profile in profiles:
+                smaller = [c for c in jobs if c < count and runs.get(_key(profile, c, load), {}) is None]
+                if smaller:  # it did not finish fewer jobs in time: it cannot finish these
+                    runs[_key(profile, count, load)] = None
+                    print(f"{profile:<14}{count:>9,}{load:>6g}  skipped: {smaller[0]:,} jobs did not finish")
+                    continue
                 m = run_child(profile, count, load, args.timeout)
                 runs[_key(profile, count, load)] = m
                 base = runs.get(_key(BASELINE, count, load))
@@ -227,7 +233,7 @@ def main() -> None:
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "setup": "cluster 'large' (1,000 x 8 GPUs), workload 'large' (lab mix, seed 11) at each load; "
         "scheduler seed 0; each run in its own process on one core",
-        "source": _commit(),
+        "source": source,
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),
