@@ -12,7 +12,8 @@ Targets:
 
 Each run happens in a child process of its own (one thread), so its peak RSS
 is its own, and is stopped after ``--timeout`` CPU seconds (a run that did not
-finish fails its targets and says so). Simulation times are the child's CPU
+finish fails its targets and says so; at the largest size a profile is stopped once it has
+used 3 times binpack's time there, where it has failed its target). Simulation times are the child's CPU
 time: on a machine shared with other work, wall time says more about the
 neighbours than about the simulator (both are recorded). Because machines
 differ in speed, the targets are ratios measured in the same run; the same
@@ -219,6 +220,8 @@ def main() -> None:
     source = _commit()  # before the runs, which take long enough for the checkout to move on
     full = not args.quick and jobs == JOBS and loads == LOADS and tuple(profiles) == PROFILES
     runs: dict[str, dict[str, float] | None] = {}
+    why: dict[str, str] = {}
+    """Why each run without a result has none."""
     header = f"{'profile':<14}{'jobs':>9}{'load':>6}{'simulate s':>12}{'jobs/s':>10}{'x binpack':>11}"
     print(f"{header}{'RSS MiB':>9}")
     for count in jobs:
@@ -228,19 +231,35 @@ def main() -> None:
                 smaller = [c for c in jobs if c < count and runs.get(_key(profile, c, load), {}) is None]
                 if smaller:  # it did not finish fewer jobs in time: it cannot finish these
                     runs[_key(profile, count, load)] = None
-                    print(f"{profile:<14}{count:>9,}{load:>6g}  skipped: {smaller[0]:,} jobs did not finish")
+                    why[_key(profile, count, load)] = f"skipped: {smaller[0]:,} jobs did not finish"
                 else:
                     todo.append((profile, load))
+        for load in loads:  # the baseline first: the others' limits follow from its time
+            if (BASELINE, load) in todo:
+                todo.remove((BASELINE, load))
+                runs[_key(BASELINE, count, load)] = run_child(BASELINE, count, load, args.timeout)
+                if runs[_key(BASELINE, count, load)] is None:
+                    why[_key(BASELINE, count, load)] = f"did not finish in {args.timeout:.0f} CPU s"
+
+        def limit(profile: str, load: float, count: int = count) -> float:
+            """At the largest size, a run past 3x binpack's time has failed its target: stop it there."""
+            base = runs.get(_key(BASELINE, count, load))
+            if count != max(jobs) or base is None:
+                return args.timeout
+            return min(args.timeout, 1.05 * TARGET_RATIO * base["simulate_s"] + 5)
+
         with ThreadPoolExecutor(args.workers) as pool:  # each run is a process: threads only wait
-            measured = pool.map(lambda item, n=count: run_child(item[0], n, item[1], args.timeout), todo)
+            measured = pool.map(lambda item, n=count: run_child(item[0], n, item[1], limit(*item)), todo)
             for (profile, load), m in zip(todo, measured, strict=True):
                 runs[_key(profile, count, load)] = m
+                if m is None:
+                    why[_key(profile, count, load)] = f"did not finish in {limit(profile, load):.0f} CPU s"
         for load in loads:
             base = runs.get(_key(BASELINE, count, load))
             for profile in profiles:
                 m = runs.get(_key(profile, count, load))
                 if m is None:
-                    print(f"{profile:<14}{count:>9,}{load:>6g}  did not finish in {args.timeout:g} CPU s")
+                    print(f"{profile:<14}{count:>9,}{load:>6g}  {why.get(_key(profile, count, load), '')}")
                     continue
                 ratio = m["simulate_s"] / base["simulate_s"] if base else float("nan")
                 m["jobs_per_s"] = m["jobs"] / m["simulate_s"]
@@ -268,7 +287,7 @@ def main() -> None:
         },
         "timeout_cpu_s": args.timeout,
         "runs": {
-            key: ({k: round(v, 4) for k, v in m.items()} if m is not None else "did not finish")
+            key: ({k: round(v, 4) for k, v in m.items()} if m is not None else why.get(key, "did not finish"))
             for key, m in runs.items()
         },
         "targets": checks,
