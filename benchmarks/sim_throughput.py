@@ -272,6 +272,7 @@ def main() -> None:
     checks = _targets(runs, profiles, jobs, loads)
     print_targets(checks)
     out = args.out or (RESULTS if full else None)
+    out = out.resolve() if out is not None else None
     if out is None:
         return
     result = {
