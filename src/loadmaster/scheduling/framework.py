@@ -218,6 +218,9 @@ class ReservePlugin(Plugin):
     (no use of GPUs a reservation leaves spare); False: EASY's shadow rule."""
     backfill_by_submission: bool = False
     """Once a reservation is made, visit the rest of the queue in submission order, not queue order."""
+    fixed_running_estimates: bool = False
+    """True when :meth:`running_estimate_s` depends on the running job alone (not on the time or the
+    cluster): the scheduler then keeps running jobs' expected ends from cycle to cycle."""
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
         """Whether ``pending`` gets a reservation, ``held`` having been made in its queue lane this cycle."""

@@ -16,13 +16,14 @@ import functools
 import heapq
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import PendingJob, RunningJob, TaskPlacement, TaskRequest, gpu_summary
+from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacement, TaskRequest, gpu_summary
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
 from loadmaster.scheduling.placement import Scoring, place_job
@@ -82,6 +83,32 @@ def _room(state: WorkingState, allowed: BoolArray, request: TaskRequest) -> int:
     return int(np.where(allowed, fit.capacity(state, request), 0).sum())
 
 
+def _room_less(state: WorkingState, held: Held, allowed: BoolArray, request: TaskRequest) -> int:
+    """``_room`` of ``state`` less ``held`` (clamped at zero, as :meth:`WorkingState.subtract` does),
+    without building that state: only the arrays the request's capacity reads. No MIG pool."""
+    cap = np.full(len(state.nodes), fit.UNLIMITED, dtype=np.int64)
+    if request.whole_gpus or request.is_fractional:
+        gpu = np.maximum(state.gpu_free - held.gpu, 0)
+        if request.whole_gpus:
+            cap = np.minimum(cap, np.count_nonzero(gpu == MILLI_PER_GPU, axis=1) // request.whole_gpus)
+        else:
+            cap = np.minimum(cap, (gpu // request.gpu_milli).sum(axis=1))
+    elif request.mig_profile is not None:
+        return 0 if state.mig is None else _room(without_held(state, held), allowed, request)
+    if request.cpu_milli:
+        cap = np.minimum(cap, np.maximum(state.cpu_free - held.cpu, 0) // request.cpu_milli)
+    if request.memory_mib:
+        cap = np.minimum(cap, np.maximum(state.memory_free - held.memory, 0) // request.memory_mib)
+    return int(np.where(allowed, cap, 0).sum())
+
+
+def without_held(state: WorkingState, held: Held) -> WorkingState:
+    """A copy of ``state`` less ``held`` (clamped at zero)."""
+    view = state.copy()
+    view.subtract(held)
+    return view
+
+
 @dataclass(frozen=True, slots=True)
 class Placer:
     """What placing a job needs besides the state: its allowed nodes, the scoring and the topology rule."""
@@ -126,6 +153,42 @@ class ReleasePlan:
         self.node = np.concatenate([n for _, n in flats]) if flats else empty
         self.gpu_upto = _upto([len(g) for g, _ in flats])
         self.node_upto = _upto([len(n) for _, n in flats])
+        self._per_node: dict[
+            int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+        ] = {}
+
+    @classmethod
+    def of(
+        cls,
+        ends: Sequence[Release],
+        *,
+        times: list[float],
+        gpu: npt.NDArray[np.int64],
+        gpu_upto: npt.NDArray[np.int64],
+        node: npt.NDArray[np.int64],
+        node_upto: npt.NDArray[np.int64],
+    ) -> ReleasePlan:
+        """A plan from its parts, already flattened and in time order (see :class:`ReleaseBook`)."""
+        plan = cls.__new__(cls)
+        plan.ends, plan.times, plan.gpu, plan.gpu_upto = ends, times, gpu, gpu_upto
+        plan.node, plan.node_upto, plan._per_node = node, node_upto, {}
+        return plan
+
+    def per_node(
+        self, k: int, size: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """GPUs, milli-CPU and MiB the first ``k`` releases give back, per node (kept: every
+        reservation's search of the cycle probes the same ``k``s first)."""
+        found = self._per_node.get(k)
+        if found is None:
+            g, n = self.gpu[: self.gpu_upto[k]], self.node[: self.node_upto[k]]
+            found = (
+                np.bincount(g[:, 0], minlength=size),
+                np.bincount(n[:, 0], weights=n[:, 1], minlength=size).astype(np.int64),
+                np.bincount(n[:, 0], weights=n[:, 2], minlength=size).astype(np.int64),
+            )
+            self._per_node[k] = found
+        return found
 
     def plus(self, extra: Sequence[Release]) -> ReleasePlan:
         """This plan with ``extra`` releases merged in, in time order (ties: this plan's first).
@@ -146,6 +209,7 @@ class ReleasePlan:
         gpu_counts = [sum(len(p.gpu_indices) for p in e.placements) for e in extra]
         order = np.argsort(np.array(self.times + [e.end_s for e in extra]), kind="stable")
         merged = copy.copy(self)
+        merged._per_node = {}
         everyone = [*self.ends, *extra]
         merged.ends = [everyone[i] for i in order]
         merged.times = [e.end_s for e in merged.ends]
@@ -153,6 +217,142 @@ class ReleasePlan:
         counts = [len(e.placements) for e in extra]
         merged.node, merged.node_upto = _merge_blocks(self.node, self.node_upto, node, _upto(counts), order)
         return merged
+
+
+class _Ends(Sequence[Release]):
+    """A plan's releases in time order, made on demand from the book's rows (most are never read)."""
+
+    def __init__(
+        self, times: list[float], placements: list[tuple[TaskPlacement, ...]], slots: list[int]
+    ) -> None:
+        self._times = times
+        self._placements = placements
+        self._slots = slots
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    @overload
+    def __getitem__(self, index: int) -> Release: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Release]: ...
+    def __getitem__(self, index: int | slice) -> Release | list[Release]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return Release(self._times[index], self._placements[self._slots[index]])
+
+
+class ReleaseBook:
+    """The running jobs' releases kept from cycle to cycle, for plugins whose estimate of a running
+    job depends on the job alone (``ReservePlugin.fixed_running_estimates``).
+
+    Each running job is flattened and its expected end computed once, when it
+    is first seen, into arrays that grow by doubling; a cycle's plan is then a
+    stable sort of the ends (clamped to now, ties in the snapshot's order of
+    running jobs, exactly as :func:`releases` sorts them) and a gather of rows,
+    all vectorised. Jobs no longer running are dropped once they outnumber the
+    running ones, so the book stays the size of the cluster's running set.
+    """
+
+    def __init__(self) -> None:
+        self._slot_of: dict[str, tuple[RunningJob, int]] = {}
+        self._placements: list[tuple[TaskPlacement, ...]] = []
+        self._natural = np.zeros(64, dtype=float)
+        self._gpu_at = np.zeros(64, dtype=np.int64)
+        self._gpu_count = np.zeros(64, dtype=np.int64)
+        self._node_at = np.zeros(64, dtype=np.int64)
+        self._node_count = np.zeros(64, dtype=np.int64)
+        self._gpu_rows = np.zeros((256, 3), dtype=np.int64)
+        self._node_rows = np.zeros((256, 3), dtype=np.int64)
+        self._gpu_used = 0
+        self._node_used = 0
+
+    def __len__(self) -> int:
+        """Jobs the book holds (running now or lately)."""
+        return len(self._placements)
+
+    def _add(self, running: RunningJob, natural_end_s: float, gpu: IntArray2, node: IntArray2) -> int:
+        slot = len(self._placements)
+        if slot == len(self._natural):
+            for name in ("_natural", "_gpu_at", "_gpu_count", "_node_at", "_node_count"):
+                column = getattr(self, name)
+                setattr(self, name, np.concatenate([column, np.zeros_like(column)]))
+        self._gpu_rows, self._gpu_at[slot] = _append(self._gpu_rows, self._gpu_used, gpu), self._gpu_used
+        self._node_rows, self._node_at[slot] = (
+            _append(self._node_rows, self._node_used, node),
+            self._node_used,
+        )
+        self._gpu_used += len(gpu)
+        self._node_used += len(node)
+        self._gpu_count[slot], self._node_count[slot] = len(gpu), len(node)
+        self._natural[slot] = natural_end_s
+        self._placements.append(running.placements)
+        self._slot_of[running.job.id] = (running, slot)
+        return slot
+
+    def _compact(self, running: list[RunningJob]) -> None:
+        """Keep only the jobs running now, in their order (slot i is running[i])."""
+        kept = [self._slot_of[r.job.id] for r in running]
+        old = (self._natural, self._gpu_at, self._gpu_count, self._node_at, self._node_count)
+        gpu_rows, node_rows, placements = self._gpu_rows, self._node_rows, self._placements
+        self.__init__()  # type: ignore[misc]
+        for job, slot in kept:
+            gpu = gpu_rows[old[1][slot] : old[1][slot] + old[2][slot]]
+            node = node_rows[old[3][slot] : old[3][slot] + old[4][slot]]
+            self._add(job, float(old[0][slot]), gpu, node)
+            self._placements[-1] = placements[slot]
+
+    def plan(
+        self, running: Collection[RunningJob], now: float, estimate_s: Callable[[RunningJob], float]
+    ) -> ReleasePlan:
+        """The plan ``ReleasePlan(releases(running, now, estimates), cache)`` would be."""
+        jobs = list(running)
+        get = self._slot_of.get
+        slots: list[int] = []
+        for job in jobs:
+            hit = get(job.job.id)
+            if hit is None or hit[0] is not job:
+                gpu, node = _flat(job.placements, {})
+                slots.append(self._add(job, job.start_s + estimate_s(job), gpu, node))
+            else:
+                slots.append(hit[1])
+        if len(self._placements) > 2 * len(jobs) + 1024:
+            self._compact(jobs)
+            slots = list(range(len(jobs)))
+        index = np.array(slots, dtype=np.int64)
+        ends = np.maximum(self._natural[index], now)
+        order = np.argsort(ends, kind="stable")  # as releases() sorts: by end, ties in running order
+        chosen = index[order]
+        gpu, gpu_upto = _gather(self._gpu_rows, self._gpu_at[chosen], self._gpu_count[chosen])
+        node, node_upto = _gather(self._node_rows, self._node_at[chosen], self._node_count[chosen])
+        times: list[float] = ends[order].tolist()
+        ordered = _Ends(times, self._placements, chosen.tolist())
+        return ReleasePlan.of(
+            ordered, times=times, gpu=gpu, gpu_upto=gpu_upto, node=node, node_upto=node_upto
+        )
+
+
+IntArray2 = npt.NDArray[np.int64]
+"""Rows of three integers."""
+
+
+def _append(rows: IntArray2, used: int, more: IntArray2) -> IntArray2:
+    """``rows`` (of which ``used`` are in use) with ``more`` written after them, grown by doubling."""
+    if used + len(more) > len(rows):
+        grown = np.zeros((max(2 * len(rows), used + len(more)), 3), dtype=np.int64)
+        grown[:used] = rows[:used]
+        rows = grown
+    rows[used : used + len(more)] = more
+    return rows
+
+
+def _gather(
+    rows: npt.NDArray[np.int64], starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Blocks ``rows[starts[i] : starts[i] + counts[i]]`` one after another, and where each begins."""
+    upto = _upto(counts)
+    block = np.repeat(np.arange(len(counts)), counts)
+    return rows[starts[block] + (np.arange(upto[-1]) - upto[:-1][block])], upto
 
 
 def _upto(counts: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -210,20 +410,16 @@ class Future:
         Counts every released GPU as wholly free (exact unless GPUs are shared),
         without building the state: cheap enough for every step of a search.
         """
-        state, plan, size = self.state, self.plan, len(self.state.nodes)
-        g, n = plan.gpu[: plan.gpu_upto[k]], plan.node[: plan.node_upto[k]]
+        state, size = self.state, len(self.state.nodes)
+        gpus, cpus, memories = self.plan.per_node(k, size)
         cap = np.full(size, np.iinfo(np.int64).max // 2, dtype=np.int64)
         if request.whole_gpus:
-            whole = state.whole_free + np.bincount(g[:, 0], minlength=size)
+            whole = state.whole_free + gpus
             cap = np.minimum(cap, np.minimum(whole, state.nodes.gpus) // request.whole_gpus)
         if request.cpu_milli:
-            cpu = state.cpu_free + np.bincount(n[:, 0], weights=n[:, 1], minlength=size).astype(np.int64)
-            cap = np.minimum(cap, cpu // request.cpu_milli)
+            cap = np.minimum(cap, (state.cpu_free + cpus) // request.cpu_milli)
         if request.memory_mib:
-            memory = state.memory_free + np.bincount(n[:, 0], weights=n[:, 2], minlength=size).astype(
-                np.int64
-            )
-            cap = np.minimum(cap, memory // request.memory_mib)
+            cap = np.minimum(cap, (state.memory_free + memories) // request.memory_mib)
         return int(np.where(allowed, cap, 0).sum())
 
 
@@ -253,6 +449,9 @@ def earliest_start(
     times = itertools.islice(future.times, first, None)  # already in order: merged lazily, no copy
     index = first
     state = future.after(first)
+    request = pending.job.request
+    sums: dict[tuple[int, ...], Held] = {}
+    """Summed holdings of each set of overlapping reservations met in the scan."""
     previous = None
     for time_s in heapq.merge([start], times, ends):
         if time_s == previous:
@@ -266,8 +465,19 @@ def earliest_start(
                 for placement in release.placements:
                     state.release(placement)
         index = upto
-        view = without(state, reservations, time_s, time_s + run_s)
-        if _room(view, placer.allowed, pending.job.request) < need:
+        overlapping = tuple(i for i, r in enumerate(reservations) if r.overlaps(time_s, time_s + run_s))
+        if not overlapping:
+            view = state
+        else:
+            held = sums.get(overlapping)
+            if held is None:
+                held = sums[overlapping] = functools.reduce(
+                    operator.add, (reservations[i].held for i in overlapping)
+                )
+            if state.mig is None and _room_less(state, held, placer.allowed, request) < need:
+                continue  # the view would not hold the job: not worth building (most candidate times)
+            view = without_held(state, held)
+        if _room(view, placer.allowed, request) < need:
             continue
         with ctx.viewing(view):
             placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)

@@ -53,6 +53,8 @@ class Session:
     promised: dict[str, Reservation] = field(default_factory=dict)
     """The last cycle's backfill reservations by job id, kept across cycles by the scheduler and
     replaced by the backfill walk (see actions.promise)."""
+    release_book: Any = None
+    """Running jobs' releases kept across cycles (reservation.ReleaseBook), or None."""
     allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)
     """Allowed nodes per job shape, for this cycle (filters do not read free resources)."""
     admission: bool = False

@@ -167,10 +167,11 @@ def _dominated(session: Session, job: Job, shape: int, view: Hashable) -> Status
     """
     if not session.failed_requests:
         return None
-    size = _request_size(job)
+    gpu, cpu, memory, gpu_memory = _request_size(job)
     for key in {_request_group(session, job, shape, "now"), _request_group(session, job, shape, view)}:
         for smaller, status in session.failed_requests.get(key, ()):
-            if all(mine >= theirs for mine, theirs in zip(size, smaller, strict=True)):
+            # Spelled out rather than all(zip(...)): this runs for every waiting job of every cycle.
+            if gpu >= smaller[0] and cpu >= smaller[1] and memory >= smaller[2] and gpu_memory >= smaller[3]:
                 return Status(status.code, f"as for a smaller request, {status.reason}", status.plugin)
     return None
 

@@ -25,6 +25,7 @@ from loadmaster.scheduling.placement import Scoring
 from loadmaster.scheduling.reservation import (
     Future,
     Placer,
+    ReleaseBook,
     ReleasePlan,
     Reservation,
     earliest_start,
@@ -102,6 +103,11 @@ class _Futures:
 
     def current(self) -> Future:
         ctx, decisions = self.session.ctx, self.session.decisions
+        book = self.session.release_book
+        if self._plan is None and self.plugin.fixed_running_estimates and isinstance(book, ReleaseBook):
+            self._plan = book.plan(
+                ctx.snapshot.running, ctx.now, lambda r: self.plugin.running_estimate_s(r, ctx)
+            )
         if self._plan is None:
             running = list(ctx.snapshot.running)
             estimates = {r.job.id: self.plugin.running_estimate_s(r, ctx) for r in running}

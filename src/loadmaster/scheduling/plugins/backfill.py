@@ -82,6 +82,8 @@ class Backfill(ReservePlugin):
         self.max_starving_per_cycle = self.settings.max_starving
         self.ends_before_reservations = self.settings.end_before_reservation
         self.backfill_by_submission = self.settings.submission_order
+        # The time limit and no early ends: a running job's expected end never changes.
+        self.fixed_running_estimates = self.settings.estimate == "limit" and self.settings.early_ends is None
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
         return held < (1 if self.settings.mode == "easy" else self.settings.depth)

@@ -57,11 +57,13 @@ def held(job: RunningJob) -> tuple[float, float, float]:
 
 def dominant(usage: Mapping[str, list[float]], totals: npt.NDArray[np.float64]) -> dict[str, float]:
     """Each owner's largest share over the resources the cluster has (a resource it lacks is skipped)."""
-    has = totals > 0
+    # Plain floats: a few owners of three numbers each, where numpy's per-call cost dominates
+    # (the same IEEE divisions, so the same shares).
+    have = [float(total) for total in totals.tolist() if total > 0]
+    index = [i for i, total in enumerate(totals.tolist()) if total > 0]
     shares: dict[str, float] = {}
     for owner, amounts in usage.items():
-        ratios = np.asarray(amounts, dtype=float)[has] / totals[has]
-        shares[owner] = float(ratios.max()) if ratios.size else 0.0
+        shares[owner] = max((amounts[i] / t for i, t in zip(index, have, strict=True)), default=0.0)
     return shares
 
 

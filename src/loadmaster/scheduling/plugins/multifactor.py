@@ -105,7 +105,9 @@ def cycle_factors(ctx: CycleContext, shares: Mapping[str, float]) -> CycleFactor
     """Fair-share factors of every user and group with running or pending jobs, and the cluster's GPUs."""
     snapshot = ctx.snapshot
     jobs = [r.job for r in snapshot.running] + [p.job for p in snapshot.pending]
-    usage = snapshot.usage_gpu_s
+    # Decayed once per key for the cycle (the snapshot's view decays on every access), in the
+    # view's own order: the same values summed in the same order.
+    usage = dict(snapshot.usage_gpu_s.items())
     return CycleFactors(
         cluster_gpus=float(snapshot.nodes.total_gpus),
         user_fairshare=fairshare_factors("user", {j.user for j in jobs}, usage, shares),

@@ -104,6 +104,8 @@ class _Ledger:
 
     held: dict[str, float]
     bound_in_cycle: dict[str, float] = field(default_factory=dict)
+    bound_pending: list[tuple[str, str, float]] = field(default_factory=list)
+    """(job id, group, GPUs) of the snapshot's pending jobs with bound tasks (the same all cycle)."""
 
     def of(self, group: str) -> float:
         return self.held.get(group, 0.0)
@@ -138,6 +140,28 @@ def held_by_group(running: Iterable[RunningJob], snapshot: ClusterSnapshot) -> d
     return held
 
 
+class _HeldMemo:
+    """GPUs each running job holds (:func:`placed_gpus`), remembered by job id while its placements
+    stay the same object; kept to about the jobs running now, so a long run does not grow it."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, tuple[tuple[TaskPlacement, ...], float]] = {}
+
+    def gpus(self, running: RunningJob) -> float:
+        hit = self._by_id.get(running.job.id)
+        if hit is not None and hit[0] is running.placements:
+            return hit[1]
+        value = placed_gpus(running.placements)
+        self._by_id[running.job.id] = (running.placements, value)
+        return value
+
+    def prune(self, running: Iterable[RunningJob]) -> None:
+        """Forget jobs no longer running once the memo is twice as large as it needs to be."""
+        alive = {r.job.id for r in running}
+        if len(self._by_id) > 2 * len(alive) + 1024:
+            self._by_id = {k: v for k, v in self._by_id.items() if k in alive}
+
+
 def _gpus(value: float) -> str:
     return f"{round(value, 3):g}"
 
@@ -152,6 +176,7 @@ class Quota(AdmitPlugin, VictimPlugin):
         super().__init__(args)
         self.settings: QuotaArgs = args or QuotaArgs()
         self.org_of = {group: org for org, quota in self.settings.orgs.items() for group in quota.groups}
+        self._held = _HeldMemo()
 
     def admit(self, pending: PendingJob, ctx: CycleContext) -> Status:
         job = pending.job
@@ -242,9 +267,26 @@ class Quota(AdmitPlugin, VictimPlugin):
         """This cycle's ledger, computed from the snapshot the first time it is asked for."""
         found = ctx.data.get(self.name)
         if not isinstance(found, _Ledger):
-            found = _Ledger(held_by_group(ctx.snapshot.running, ctx.snapshot))
+            snapshot = ctx.snapshot
+            bound = [(p.job.id, p.job.group, placed_gpus(p.bound)) for p in snapshot.pending if p.bound]
+            found = _Ledger(held_by_group(snapshot.running, snapshot), bound_pending=bound)
             ctx.data[self.name] = found
+            self._held.prune(snapshot.running)
         return found
+
+    def _held_by_group(self, running: Sequence[RunningJob], ledger: _Ledger) -> dict[str, float]:
+        """:func:`held_by_group` of ``running`` and the cycle's snapshot, in the same order of sums
+        (so the same floats), with each job's GPUs remembered across calls and cycles."""
+        held: dict[str, float] = {}
+        seen: set[str] = set()
+        gpus = self._held.gpus
+        for job in running:
+            held[job.job.group] = held.get(job.job.group, 0.0) + gpus(job)
+            seen.add(job.job.id)
+        for job_id, group, bound in ledger.bound_pending:
+            if job_id not in seen:
+                held[group] = held.get(group, 0.0) + bound
+        return held
 
     def select_victims(
         self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
@@ -263,8 +305,9 @@ class Quota(AdmitPlugin, VictimPlugin):
         if org is None:
             return []
         quota = self.settings.orgs[org]
-        held = held_by_group(running, ctx.snapshot)
-        for group, gpus in self._ledger(ctx).bound_in_cycle.items():
+        ledger = self._ledger(ctx)
+        held = self._held_by_group(running, ledger)
+        for group, gpus in ledger.bound_in_cycle.items():
             held[group] = held.get(group, 0.0) + gpus
         mine = held.get(pending.job.group, 0.0) + gpus_left(pending)
         if mine > quota.groups[pending.job.group].nominal + EPSILON_GPUS:
