@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 from loadmaster.kube.cluster import KubeCluster
+from loadmaster_testing.kube_api import KubeApiDouble
 
 
 def a_node(name: str, gpus: int = 8, pool: str = "default", zone: str = "z1", **extra: int) -> dict[str, Any]:
@@ -68,3 +72,17 @@ def wait_synced(cluster: KubeCluster, version: int, timeout_s: float = 10.0) -> 
                 f"informers stuck at {[i.version for i in cluster.informers.values()]} < {version}"
             )
         time.sleep(0.01)
+
+
+def kubeconfig_for(api: KubeApiDouble, path: Path, user: str = "me") -> Path:
+    """Write a kubeconfig that points the official client (or kubectl) at the double; return its path."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "double", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
+        "users": [{"name": user, "user": {}}],
+        "contexts": [{"name": "double", "context": {"cluster": "double", "user": user}}],
+        "current-context": "double",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path

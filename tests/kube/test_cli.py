@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
-from kube.helpers import a_node, a_pod, a_pod_group
+from kube.helpers import a_node, a_pod, a_pod_group, kubeconfig_for
 from loadmaster.cli import app
 from loadmaster.config import load_cluster
 from loadmaster.errors import ConfigError
@@ -22,17 +21,7 @@ runner = CliRunner()
 
 @pytest.fixture
 def kubeconfig(api: KubeApiDouble, tmp_path: Path) -> Path:
-    path = tmp_path / "kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "double", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
-        "users": [{"name": "me", "user": {}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "me"}}],
-        "current-context": "double",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return kubeconfig_for(api, tmp_path / "kubeconfig")
 
 
 def populate(api: KubeApiDouble) -> None:

@@ -17,9 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from kube.helpers import a_node, a_pod
+from kube.helpers import a_node, a_pod, kubeconfig_for
 from loadmaster_testing.kube_api import KubeApiDouble
 
 ENTRY_POINT = Path(sys.executable).parent / "loadmaster"
@@ -57,19 +56,6 @@ def read_only(
         env=env,
         check=False,
     )
-
-
-def kubeconfig_for(api: KubeApiDouble, path: Path) -> Path:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "double", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
-        "users": [{"name": "me", "user": {}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "me"}}],
-        "current-context": "double",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def free_port() -> int:

@@ -18,9 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from kube.helpers import a_node
+from kube.helpers import a_node, kubeconfig_for
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
@@ -41,16 +40,7 @@ def kubectl(api: KubeApiDouble, tmp_path: Path) -> Iterator[list[str]]:
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "double", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
-        "users": [{"name": "operator", "user": {}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "operator"}}],
-        "current-context": "double",
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
+    path = kubeconfig_for(api, tmp_path / "kubeconfig", user="operator")
     yield [found, "--kubeconfig", str(path), "--cache-dir", str(tmp_path / "cache")]
 
 

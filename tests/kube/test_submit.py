@@ -14,7 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kube.helpers import a_node
+from kube.helpers import a_node, kubeconfig_for
 from loadmaster.cli import app
 from loadmaster.config import load_profiles
 from loadmaster.kube import translate as tr
@@ -32,17 +32,7 @@ KEY = f"team-a/{JOB}"
 
 @pytest.fixture
 def kubeconfig(api: KubeApiDouble, tmp_path: Path) -> Path:
-    path = tmp_path / "kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "double", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
-        "users": [{"name": "me", "user": {}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "me"}}],
-        "current-context": "double",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return kubeconfig_for(api, tmp_path / "kubeconfig")
 
 
 def as_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kubeconfig: Path, user: str) -> None:
