@@ -18,7 +18,7 @@ Cases (``--set``):
 * ``fgd``: the FGD validation's policies on openb, seed 0 with numpy's draws.
 
     python benchmarks/job_checksums.py --set quick [--check | --write]
-    python benchmarks/job_checksums.py --set all --data ../shared/data --write
+    python benchmarks/job_checksums.py --set all --write
 
 Without ``--check`` or ``--write`` it prints the checksums. The committed
 values are in tests/fixtures/job_checksums.json, computed on the code before
@@ -165,7 +165,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", default="quick", choices=(*SETS, "all", "quick-data"))
     parser.add_argument(
-        "--data", type=Path, default=ROOT.parent / "shared" / "data", help="shared data folder"
+        "--data", type=Path, default=ROOT / "data" / "reference", help="reference data folder (vendored)"
     )
     parser.add_argument("--only", default="", help="run only cases whose name contains this text")
     mode = parser.add_mutually_exclusive_group()

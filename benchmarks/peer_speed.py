@@ -64,12 +64,11 @@ class Cplex(object):
 
 
 def default_trace() -> Path:
-    """60_job.csv from the shared data folder beside the project (as the tests find it)."""
-    for root in (ROOT.parent / "shared" / "data", ROOT / "shared" / "data", Path("/work/shared/data")):
-        path = root / "tiresias" / "60_job.csv"
-        if path.exists():
-            return path
-    sys.exit("60_job.csv not found in ../shared/data/tiresias; pass --tiresias-trace PATH")
+    """60_job.csv from the vendored reference data (data/reference/tiresias, as the tests find it)."""
+    path = ROOT / "data" / "reference" / "tiresias" / "60_job.csv"
+    if path.exists():
+        return path
+    sys.exit(f"{path} not found; pass --tiresias-trace PATH")
 
 
 def scaled_trace(source: Path, copies: int = COPIES, compression: int = COMPRESSION) -> str:

@@ -17,7 +17,7 @@ from types import ModuleType
 
 import pytest
 
-from conftest import SHARED_DATA, shared_data
+from conftest import REFERENCE_DATA, reference_data
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ COMMITTED: dict[str, str] = json.loads(HARNESS.FIXTURE.read_text())
 
 
 def _cases(which: str) -> Iterator[tuple[str, Callable[[], str]]]:
-    return HARNESS.cases(which, SHARED_DATA)  # type: ignore[no-any-return]
+    return HARNESS.cases(which, REFERENCE_DATA)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("profile", HARNESS.PROFILES)
@@ -54,8 +54,8 @@ def test_lab_demo_is_unchanged(profile: str) -> None:
 
 @pytest.mark.slow
 def test_first_lublin_sequence_and_fgd_seed_are_unchanged() -> None:
-    shared_data("swf/lublin_256.swf")
-    shared_data("openb/openb_pod_list_default.csv")
+    reference_data("swf/lublin_256.swf")
+    reference_data("openb/openb_pod_list_default.csv")
     different = {
         name: value for name, compute in _cases("quick-data") if (value := compute()) != COMMITTED[name]
     }
@@ -64,6 +64,6 @@ def test_first_lublin_sequence_and_fgd_seed_are_unchanged() -> None:
 
 @pytest.mark.slow
 def test_every_lublin_sequence_is_unchanged() -> None:
-    shared_data("swf/lublin_256.swf")
+    reference_data("swf/lublin_256.swf")
     different = {name: value for name, compute in _cases("lublin") if (value := compute()) != COMMITTED[name]}
     assert not different, f"changed: {sorted(different)}"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_data
+from conftest import reference_data as shared_data
 from loadmaster.errors import ModelError
 from loadmaster.validation.tiresias import cluster, derive_stress, reference, replay
 
