@@ -86,3 +86,13 @@ def kubeconfig_for(api: KubeApiDouble, path: Path, user: str = "me") -> Path:
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+class Clock:
+    """One fake clock for the double, the replicas' wall clock and their monotonic clock."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now

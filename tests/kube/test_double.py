@@ -15,17 +15,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kube.helpers import a_node, a_pod
+from kube.helpers import Clock, a_node, a_pod
 from loadmaster.kube.api import api_client
 from loadmaster_testing.kube_api import KubeApiDouble
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
+from kube.helpers import Clock, a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import ROLLBACK_ANNOTATION, TIMEOUT_CONDITION, KubeCluster
@@ -23,16 +23,6 @@ from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
 
 GPU = "nvidia.com/gpu"
-
-
-class Clock:
-    """One fake clock for the double, the replicas' wall clock and their monotonic clock."""
-
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
