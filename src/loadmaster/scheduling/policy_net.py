@@ -33,6 +33,13 @@ from loadmaster.errors import ConfigError
 from loadmaster.scheduling.observe import ObservationSpec
 
 F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+
+SCORE_DECIMALS = 9
+"""Scores are rounded to this many decimals. The forward pass runs in float64 and its last bits
+depend on the CPU (BLAS kernels and numpy's SIMD ``tanh``/``log1p`` differ between AVX2 and
+AVX-512 machines); rounding makes two rows with the same inputs tie exactly on every machine, so
+the tie-break (submit time, id) decides, and the same trace gives the same schedule everywhere."""
 
 JOB_INPUTS = ("gpus", "log_limit_h", "log_wait", "log_wait_over_limit", "log_area", "user_usage")
 """What the network reads of each job (derived from the job row of :mod:`observe`)."""
@@ -58,7 +65,8 @@ def job_inputs(jobs: F32) -> F32:
     the time limit is how far the job's slowdown has already grown, the
     quantity bounded slowdown punishes.
     """
-    gpus, limit_h, wait, usage = jobs[:, 1], jobs[:, 2], jobs[:, 3], jobs[:, 4]
+    rows = jobs.astype(np.float64)
+    gpus, limit_h, wait, usage = rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4]
     return np.stack(
         [
             gpus,
@@ -75,13 +83,13 @@ def job_inputs(jobs: F32) -> F32:
 def context_inputs(nodes: F32, globals_: F32) -> F32:
     """Shared context: mean and max over nodes of the free-ahead curve, the share of wholly free
     nodes, and the global features except ``jobs_left`` (which exists only in an episode)."""
-    if len(nodes) == 0:
-        pooled = np.zeros(2 * nodes.shape[1] + 1, dtype=np.float32)
+    points = nodes.astype(np.float64)
+    glob = globals_.astype(np.float64)
+    if len(points) == 0:
+        pooled = np.zeros(2 * points.shape[1] + 1)
     else:
-        pooled = np.concatenate([nodes.mean(axis=0), nodes.max(axis=0), [np.mean(nodes[:, 0] >= 0.999)]])
-    return np.concatenate([pooled, [np.log1p(globals_[0]), globals_[1], globals_[2], globals_[3]]]).astype(
-        np.float32
-    )
+        pooled = np.concatenate([points.mean(axis=0), points.max(axis=0), [np.mean(points[:, 0] >= 0.999)]])
+    return np.concatenate([pooled, [np.log1p(glob[0]), glob[1], glob[2], glob[3]]]).astype(np.float32)
 
 
 def context_size(spec: ObservationSpec) -> int:
@@ -97,7 +105,7 @@ class PolicyNet:
     spec: ObservationSpec
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def scores(self, jobs: F32, nodes: F32, globals_: F32) -> F32:
+    def scores(self, jobs: F32, nodes: F32, globals_: F32) -> F64:
         """One score per job row (higher: start sooner)."""
         return self.score_inputs(self.inputs(jobs, nodes, globals_))
 
@@ -107,15 +115,17 @@ class PolicyNet:
         ctx = context_inputs(nodes, globals_)
         return np.concatenate([job_inputs(jobs), np.broadcast_to(ctx, (len(jobs), len(ctx)))], axis=1)
 
-    def score_inputs(self, x: F32) -> F32:
-        """Scores of input rows from :meth:`inputs`."""
+    def score_inputs(self, x: F32) -> F64:
+        """Scores of input rows from :meth:`inputs`, in float64 rounded to :data:`SCORE_DECIMALS`
+        (float32 sums differ in the 7th digit between CPUs, enough to reorder near-equal jobs)."""
         if len(x) == 0:
-            return np.zeros(0, dtype=np.float32)
+            return np.zeros(0)
+        h = x.astype(np.float64)
         for i, (weight, bias) in enumerate(self.layers):
-            x = x @ weight + bias
+            h = h @ weight.astype(np.float64) + bias.astype(np.float64)
             if i < len(self.layers) - 1:
-                x = np.tanh(x)
-        return x[:, 0].astype(np.float32)
+                h = np.tanh(h)
+        return np.round(h[:, 0], SCORE_DECIMALS)
 
 
 def save_policy(

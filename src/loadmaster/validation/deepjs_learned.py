@@ -144,7 +144,7 @@ class ScoredChooser:
         scores = self.net.score_inputs(rows)
         if self.explore > 0:
             gumbel = -np.log(-np.log(self.noise.uniform(1e-12, 1.0, len(rows))))
-            scores = scores + np.float32(self.explore) * gumbel.astype(np.float32)
+            scores = scores + self.explore * gumbel
         order = np.argsort(-scores, kind="stable")
         if self.recorder is not None and len(rows) > 1:
             self.recorder(snapshot.now, rows[order[:MAX_ROWS]])

@@ -168,7 +168,10 @@ def _dominated(session: Session, job: Job, shape: int, view: Hashable) -> Status
     if not session.failed_requests:
         return None
     gpu, cpu, memory, gpu_memory = _request_size(job)
-    for key in {_request_group(session, job, shape, "now"), _request_group(session, job, shape, view)}:
+    now_key, view_key = _request_group(session, job, shape, "now"), _request_group(session, job, shape, view)
+    # A tuple, not a set: a set's order follows string hashes, which change per process
+    # (PYTHONHASHSEED), and the first match names the reason in the job table.
+    for key in (now_key,) if view_key == now_key else (now_key, view_key):
         for smaller, status in session.failed_requests.get(key, ()):
             # Spelled out rather than all(zip(...)): this runs for every waiting job of every cycle.
             if gpu >= smaller[0] and cpu >= smaller[1] and memory >= smaller[2] and gpu_memory >= smaller[3]:

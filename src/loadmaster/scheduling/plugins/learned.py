@@ -106,7 +106,7 @@ class Learned(OrderPlugin):
         scores = self.policy.score_inputs(inputs)
         if self.settings.explore > 0:
             gumbel = -np.log(-np.log(ctx.rng.uniform(1e-12, 1.0, len(jobs))))
-            scores = scores + np.float32(self.settings.explore) * gumbel.astype(np.float32)
+            scores = scores + self.settings.explore * gumbel
         if self.recorder is not None and len(jobs) > 1:
             order = np.argsort(-scores, kind="stable").astype(np.int64)
             self.recorder(RankedCycle(now, tuple(j.id for j in jobs), inputs, order))

@@ -90,7 +90,9 @@ def fairshare_factors(
     """
     prefix = f"{level}/"
     named = {key[len(prefix) :]: value for key, value in shares.items() if key.startswith(prefix)}
-    raw = {owner: named.get(owner, 1.0) for owner in {*owners, *named}}
+    # Sorted: a set's order follows string hashes (per process), and the float sums below
+    # must add the same numbers in the same order on every run.
+    raw = {owner: named.get(owner, 1.0) for owner in sorted({*owners, *named})}
     total_share = sum(raw.values())
     total_usage = sum(v for k, v in usage_gpu_s.items() if k.startswith(prefix))
     factors: dict[str, float] = {}
