@@ -7,15 +7,20 @@ plots, metrics JSON and the HTML report.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import multiprocessing
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from loadmaster import __version__
 from loadmaster.config import Cluster, Workload
 from loadmaster.metrics import RunSummary, summarize, wait_reasons
+from loadmaster.model import NodeTable, TraceJob
+from loadmaster.parallel import LocalPool, TaskError
 from loadmaster.scheduling import Profile, Scheduler
 from loadmaster.scheduling.mig_plan import with_interactive_default
 from loadmaster.sim import RunResult, SimOptions, simulate
@@ -42,19 +47,93 @@ def compare(
     period_s: float | None = None,
     progress: Callable[[str, int], None] | None = None,
     explain: frozenset[str] = frozenset(),
+    workers: int = 1,
 ) -> list[ProfileRun]:
-    """Run every profile on the same jobs; ``progress(profile, jobs_done)`` reports as it goes."""
-    runs = []
+    """Run every profile on the same jobs; ``progress(profile, jobs_done)`` reports as it goes.
+
+    ``workers`` > 1 runs the profiles in that many forked processes at once (each profile's run
+    is independent and seeded, so the results are the same as one after the other); progress
+    then comes back through a queue, a batch every fraction of a second.
+    """
     mig = MigSimOptions(cluster.mig) if cluster.mig else None
     jobs = with_interactive_default(workload.jobs, cluster.mig, cluster.nodes)
-    for profile in profiles:
-        report = (lambda n, name=profile.name: progress(name, n)) if progress else None
-        options = SimOptions(seed=seed, period_s=period_s, progress=report, explain=explain, mig=mig)
-        started = time.perf_counter()
-        result = simulate(cluster.nodes, Scheduler(profile), jobs, options)
-        wall = time.perf_counter() - started
-        runs.append(ProfileRun(profile, result, summarize(result.jobs, result.timeline), wall))
-    return runs
+    base = SimOptions(seed=seed, period_s=period_s, explain=explain, mig=mig)
+    tasks = [_ProfileTask(cluster.nodes, profile, jobs, base) for profile in profiles]
+    if workers <= 1 or len(tasks) <= 1:
+        return [_run_profile(task, progress) for task in tasks]
+    return _run_parallel(tasks, min(workers, len(tasks)), progress)
+
+
+@dataclass(frozen=True)
+class _ProfileTask:
+    """One profile's simulation, as a worker process receives it."""
+
+    nodes: NodeTable
+    profile: Profile
+    jobs: Sequence[TraceJob]
+    options: SimOptions
+    queue: Any = None
+    """Where a worker sends ``(profile, jobs done)`` batches; None in this process."""
+
+
+def _run_profile(task: _ProfileTask, progress: Callable[[str, int], None] | None) -> ProfileRun:
+    name = task.profile.name
+    report = (lambda n: progress(name, n)) if progress else None
+    options = dataclasses.replace(task.options, progress=report)
+    started = time.perf_counter()
+    result = simulate(task.nodes, Scheduler(task.profile), task.jobs, options)
+    wall = time.perf_counter() - started
+    return ProfileRun(task.profile, result, summarize(result.jobs, result.timeline), wall)
+
+
+class _Batched:
+    """Progress of a worker, sent at most every ``every_s`` (a queue put per job would cost more
+    than some profiles' cycles)."""
+
+    def __init__(self, queue: Any, name: str, every_s: float = 0.25) -> None:
+        self.queue, self.name, self.every_s = queue, name, every_s
+        self.count, self.sent_at = 0, time.monotonic()
+
+    def __call__(self, n: int) -> None:
+        self.count += n
+        if time.monotonic() - self.sent_at >= self.every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.count:
+            self.queue.put((self.name, self.count))
+            self.count, self.sent_at = 0, time.monotonic()
+
+
+def _run_in_worker(task: _ProfileTask) -> ProfileRun:
+    batched = _Batched(task.queue, task.profile.name)
+    run = _run_profile(task, lambda _name, n: batched(n))
+    batched.flush()
+    return run
+
+
+def _run_parallel(
+    tasks: list[_ProfileTask], workers: int, progress: Callable[[str, int], None] | None
+) -> list[ProfileRun]:
+    with multiprocessing.get_context("fork").Manager() as manager, LocalPool(workers) as pool:
+        queue = manager.Queue()
+        tickets = {
+            pool.submit(_run_in_worker, dataclasses.replace(t, queue=queue)): i for i, t in enumerate(tasks)
+        }
+        runs: dict[int, ProfileRun] = {}
+        while len(runs) < len(tasks):
+            for item in pool.wait(0.2):
+                if item.error is not None:
+                    raise TaskError(
+                        f"simulating {tasks[tickets[item.ticket]].profile.name!r} failed:\n{item.error}"
+                    )
+                runs[tickets[item.ticket]] = item.value
+            while not queue.empty():
+                name, count = queue.get()
+                if progress is not None:
+                    progress(name, count)
+        # Keep the caller's profile objects (the workers' copies went through pickle).
+        return [dataclasses.replace(runs[i], profile=t.profile) for i, t in enumerate(tasks)]
 
 
 def context(cluster: Cluster, workload: Workload, seed: int) -> dict[str, str]:

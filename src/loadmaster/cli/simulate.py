@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Annotated
@@ -56,6 +57,14 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
     seed: Annotated[int, typer.Option(min=0, help="Seed of the scheduler's random choices")] = 0,
     workload_seed: Annotated[int | None, typer.Option(min=0, help="Override the workload's seed")] = None,
     period: Annotated[float | None, typer.Option(help="Also run a cycle every PERIOD seconds (> 0)")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Profiles simulated at once, each in its own process (default: one per CPU core); "
+            "the results do not depend on it",
+        ),
+    ] = None,
     explain: Annotated[
         list[str] | None,
         typer.Option(help="Print the story of JOB_ID under each profile: why it waited, when"),
@@ -88,7 +97,8 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
     unknown = sorted(wanted - {t.job.id for t in spec_workload.jobs})
     if unknown:
         raise ConfigError("--explain", "", f"no job {unknown[0]!r} in the workload (ids look like j000001)")
-    runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted)
+    parallel = workers if workers is not None else os.cpu_count() or 1
+    runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted, parallel)
     console.print(_comparison(runs))
     for run in runs:
         if run.summary.jobs_rejected:
@@ -135,6 +145,7 @@ def _run_with_progress(  # noqa: PLR0917 - a private helper of simulate, called 
     seed: int,
     period: float | None,
     explain: frozenset[str],
+    workers: int,
 ) -> list[ProfileRun]:
     with count_progress() as progress:
         tasks = {p.name: progress.add_task(p.name, total=len(workload.jobs)) for p in profiles}
@@ -146,6 +157,7 @@ def _run_with_progress(  # noqa: PLR0917 - a private helper of simulate, called 
             period_s=period,
             progress=lambda name, n: progress.advance(tasks[name], n),
             explain=explain,
+            workers=workers,
         )
 
 
