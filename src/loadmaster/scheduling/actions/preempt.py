@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loadmaster.model import PendingJob, RunningJob
+import numpy as np
+
+from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacement, TaskRequest
+from loadmaster.scheduling import fit
 from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, try_place
 from loadmaster.scheduling.decisions import Preempt
+from loadmaster.scheduling.framework import BoolArray
 from loadmaster.scheduling.placement import Scoring, place_job
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
@@ -34,23 +38,26 @@ def run(session: Session) -> None:
     evicted: set[str] = set()
     tried = 0
     scoring = Scoring(tuple(session.profile.scores))
+    # One list object until an eviction changes it: victim plugins may remember what they
+    # computed from it (quota sums each group's GPUs once, not once per waiting job).
+    running = list(session.ctx.snapshot.running)
     for pending in session.queue:
         if tried >= MAX_PREEMPTORS:
             return
         if pending.job.id in session.bound or not pending.job.may_preempt or not admit(session, pending).ok:
             continue
-        candidates = _candidates(session, pending, evicted)
+        candidates = _candidates(session, pending, running)
         if not candidates or _fits_without(session, pending, [], scoring):
             continue  # nobody to evict, or room enough already: it waits on something eviction cannot fix
         tried += 1
         victims = _fewest(session, pending, candidates, scoring)
         if victims:
             _evict(session, pending, victims, evicted)
+            running = [r for r in running if r.job.id not in evicted]
             try_place(session, pending, scoring, session.ctx.state, ("preempt", pending.job.id))
 
 
-def _candidates(session: Session, pending: PendingJob, evicted: set[str]) -> list[RunningJob]:
-    running = [r for r in session.ctx.snapshot.running if r.job.id not in evicted]
+def _candidates(session: Session, pending: PendingJob, running: list[RunningJob]) -> list[RunningJob]:
     seen: dict[str, RunningJob] = {}
     for plugin in session.profile.victims:
         for victim in plugin.select_victims(pending, running, session.ctx):
@@ -80,21 +87,87 @@ SINGLE_VICTIM_TRIES = 16
 def _fewest(
     session: Session, pending: PendingJob, candidates: list[RunningJob], scoring: Scoring
 ) -> list[RunningJob]:
+    room = _Room.of(session, pending)
+
+    def fits(victims: Sequence[RunningJob]) -> bool:
+        # The count bound first: most single victims free GPUs on nodes the job cannot use.
+        return (room is None or room.enough_without(victims)) and _fits_without(
+            session, pending, victims, scoring
+        )
+
     for victim in candidates[:SINGLE_VICTIM_TRIES]:
-        if _fits_without(session, pending, [victim], scoring):
+        if fits([victim]):
             return [victim]
     chosen: list[RunningJob] = []
     for victim in candidates:
         chosen.append(victim)
-        if _fits_without(session, pending, chosen, scoring):
+        if fits(chosen):
             break
     else:
         return []
     for victim in reversed(chosen[:-1]):  # drop what the job can do without, least preferred first
         rest = [v for v in chosen if v is not victim]
-        if _fits_without(session, pending, rest, scoring):
+        if fits(rest):
             chosen = rest
     return chosen
+
+
+class _Room:
+    """How many tasks of a job the allowed nodes could take with some victims' resources given
+    back, counted without copying the state: only the victims' nodes change.
+
+    It bounds what placement can do (a task needs a node with room for it), so fewer than the
+    job's remaining tasks means ``_fits_without`` would fail: the placement attempt, a copy of
+    the cluster and a node search, is skipped. Exact for the decision, since only ``False`` is
+    concluded. Not used with MIG, whose instances are not in these arrays.
+    """
+
+    def __init__(self, state: WorkingState, request: TaskRequest, allowed: BoolArray, need: int) -> None:
+        self.state, self.request, self.allowed, self.need = state, request, allowed, need
+        self.capacity = np.where(allowed, fit.capacity(state, request), 0)
+        self.total = int(self.capacity.sum())
+
+    @classmethod
+    def of(cls, session: Session, pending: PendingJob) -> _Room | None:
+        allowed = allowed_nodes(session, pending.job)
+        state, request = session.ctx.state, pending.job.request
+        if isinstance(allowed, Status) or state.mig is not None or request.mig_profile is not None:
+            return None
+        return cls(state, request, allowed, pending.tasks_left)
+
+    def enough_without(self, victims: Sequence[RunningJob]) -> bool:
+        by_node: dict[int, list[TaskPlacement]] = {}
+        for victim in victims:
+            for placement in victim.placements:
+                if self.allowed[placement.node]:
+                    by_node.setdefault(placement.node, []).append(placement)
+        total = self.total
+        for node, placements in by_node.items():
+            total += self._node_capacity(node, placements) - int(self.capacity[node])
+        return total >= self.need
+
+    def _node_capacity(self, node: int, placements: list[TaskPlacement]) -> int:
+        """``fit.capacity`` of one node with ``placements`` given back (the same terms)."""
+        state, request = self.state, self.request
+        row = state.gpu_free[node].copy()
+        cpu, memory = int(state.cpu_free[node]), int(state.memory_free[node])
+        for placement in placements:
+            for gpu in placement.gpu_indices:
+                row[gpu] += placement.gpu_milli
+            cpu += placement.cpu_milli
+            memory += placement.memory_mib
+        cap = int(fit.UNLIMITED)
+        if request.whole_gpus:
+            cap = min(cap, int(np.count_nonzero(row == MILLI_PER_GPU)) // request.whole_gpus)
+        elif request.is_fractional:
+            cap = min(cap, int((row // request.gpu_milli).sum()))
+        if request.cpu_milli:
+            cap = min(cap, cpu // request.cpu_milli)
+        if request.memory_mib:
+            cap = min(cap, memory // request.memory_mib)
+        if state.pods_free is not None:
+            cap = min(cap, int(state.pods_free[node]) + len(placements))
+        return cap
 
 
 def _evict(session: Session, pending: PendingJob, victims: list[RunningJob], evicted: set[str]) -> None:

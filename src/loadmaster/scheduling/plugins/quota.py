@@ -106,12 +106,21 @@ class _Ledger:
     bound_in_cycle: dict[str, float] = field(default_factory=dict)
     bound_pending: list[tuple[str, str, float]] = field(default_factory=list)
     """(job id, group, GPUs) of the snapshot's pending jobs with bound tasks (the same all cycle)."""
+    reclaim_memo: tuple[object, dict[str, float], list[RunningJob]] | None = None
+    """For the last ``running`` list reclaim was asked about (kept, so its id stays its own): each
+    group's GPUs and the jobs old enough to evict in victim order. Preemption passes one list
+    object per set of running jobs, so every waiting job of a cycle shares one count and one sort."""
 
     def of(self, group: str) -> float:
         return self.held.get(group, 0.0)
 
+    admitted: dict[tuple[str, float], Status] = field(default_factory=dict)
+    """Verdicts of :meth:`Quota.admit` by (group, GPUs needed) while ``held`` stays the same: a
+    queue of thousands asks the same few questions every cycle."""
+
     def add(self, group: str, gpus: float) -> None:
         self.held[group] = self.of(group) + gpus
+        self.admitted.clear()
         self.bound_in_cycle[group] = self.bound_in_cycle.get(group, 0.0) + gpus
 
 
@@ -186,19 +195,26 @@ class Quota(AdmitPlugin, VictimPlugin):
         need = gpus_left(pending)
         if need <= 0:
             return SUCCESS  # a job without GPUs takes no quota
-        held = self._ledger(ctx).held
-        group = self.settings.orgs[org].groups[job.group]
-        if held.get(job.group, 0.0) + need <= group.nominal + EPSILON_GPUS:
+        ledger = self._ledger(ctx)
+        found = ledger.admitted.get((job.group, need))
+        if found is None:
+            found = ledger.admitted[job.group, need] = self._admit(org, job.group, need, ledger.held)
+        return found
+
+    def _admit(self, org: str, name: str, need: float, held: Mapping[str, float]) -> Status:
+        """:meth:`admit`'s verdict for ``need`` GPUs of group ``name`` given what each group holds."""
+        group = self.settings.orgs[org].groups[name]
+        if held.get(name, 0.0) + need <= group.nominal + EPSILON_GPUS:
             return SUCCESS
-        ceiling = self._most_ever(org, job.group)
+        ceiling = self._most_ever(org, name)
         if need > ceiling + EPSILON_GPUS:
             return unresolvable(
-                f"quota {job.group}: the job needs {_gpus(need)} GPUs, more than the group can ever "
+                f"quota {name}: the job needs {_gpus(need)} GPUs, more than the group can ever "
                 f"hold ({_gpus(ceiling)}: nominal {_gpus(group.nominal)} plus what it may borrow "
                 f"in org {org})",
                 self.name,
             )
-        return self._borrow(org, job.group, need, held)
+        return self._borrow(org, name, need, held)
 
     def _unknown(self, job: Job) -> Status:
         if self.settings.unknown_group == "allow":
@@ -306,23 +322,22 @@ class Quota(AdmitPlugin, VictimPlugin):
             return []
         quota = self.settings.orgs[org]
         ledger = self._ledger(ctx)
-        held = self._held_by_group(running, ledger)
+        memo = ledger.reclaim_memo
+        if memo is None or memo[0] is not running:
+            old_enough = [r for r in running if ctx.now - r.start_s >= self.settings.min_runtime_s]
+            old_enough.sort(key=_victim_order)
+            memo = ledger.reclaim_memo = (running, self._held_by_group(running, ledger), old_enough)
+        held = dict(memo[1])
         for group, gpus in ledger.bound_in_cycle.items():
             held[group] = held.get(group, 0.0) + gpus
         mine = held.get(pending.job.group, 0.0) + gpus_left(pending)
         if mine > quota.groups[pending.job.group].nominal + EPSILON_GPUS:
             return []
-        ripe = [
-            r
-            for r in running
-            if r.job.group in quota.groups
-            and r.job.group != pending.job.group
-            and ctx.now - r.start_s >= self.settings.min_runtime_s
-        ]
-        ripe.sort(key=_victim_order)
         victims: list[RunningJob] = []
-        for victim in ripe:
+        for victim in memo[2]:
             group = victim.job.group
+            if group not in quota.groups or group == pending.job.group:
+                continue
             if held.get(group, 0.0) > quota.groups[group].nominal + EPSILON_GPUS:
                 victims.append(victim)
                 held[group] -= placed_gpus(victim.placements)
