@@ -31,7 +31,7 @@ from loadmaster.rl.evaluate import (
     evaluate,
     learned_profiles,
 )
-from loadmaster.validation.deepjs import heuristics
+from loadmaster.validation.deepjs.heuristics import heuristics
 from loadmaster.validation.deepjs_learned import TEST_CHUNKS, DeepJSChunks, compare_choosers
 from loadmaster.validation.rlscheduler import (
     MACHINE_PROCS,
