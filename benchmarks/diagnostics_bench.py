@@ -45,8 +45,8 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
 )
@@ -114,7 +114,7 @@ def make_job(
                     gpu = free_gpus.pop()
                     taken_nodes.add(gpu.hostname)
                     faults.append(Fault(kind, start, start + length, gpus=(gpu,), magnitude=magnitude))
-    job = JobSpec("bench", "ann", gpus, 0.0, end + 1.0)
+    job = PlannedJob("bench", "ann", gpus, 0.0, end + 1.0)
     return SyntheticTelemetry(TelemetryPlan(specs, (job,), tuple(faults), seed=seed))
 
 

@@ -30,8 +30,8 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
 )
@@ -64,7 +64,7 @@ def openmetrics(t0: float) -> str:
         Fault(FaultKind.STRAGGLER, 400, 1000, gpus=(GpuRef("node-b", 3),), magnitude=1.3),
         Fault(FaultKind.XID, 900, 1000, gpus=(GpuRef("node-b", 2),)),
     )
-    plan = TelemetryPlan(nodes, (JobSpec("train-1", "ann", gpus, 0.0, DURATION_S + 60),), faults, seed=4)
+    plan = TelemetryPlan(nodes, (PlannedJob("train-1", "ann", gpus, 0.0, DURATION_S + 60),), faults, seed=4)
     gen = SyntheticTelemetry(plan)
     series = {s.id: s for s in gen.series(DURATION_S / 2)}
     samples = gen.samples(0.0, DURATION_S, INTERVAL_S)

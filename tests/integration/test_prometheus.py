@@ -28,7 +28,7 @@ from loadmaster.telemetry.exposition import MetricsServer, latest_values
 from loadmaster.telemetry.memory import MemoryStore
 from loadmaster.telemetry.prometheus import PrometheusStore
 from loadmaster.telemetry.store import Series
-from loadmaster.telemetry.synthetic import GpuRef, JobSpec, NodeSpec, SyntheticTelemetry, TelemetryPlan
+from loadmaster.telemetry.synthetic import GpuRef, NodeSpec, PlannedJob, SyntheticTelemetry, TelemetryPlan
 
 PROMETHEUS = "/usr/bin/prometheus"
 FIELDS = ("GPU_UTIL", "POWER_USAGE", "FB_USED", "ECC_SBE_VOL_TOTAL", "NODE_IB_TX_BYTES")
@@ -45,7 +45,7 @@ def source() -> MemoryStore:
     plan = TelemetryPlan(
         nodes=(NodeSpec("node-a", 2), NodeSpec("node-b", 2)),
         jobs=(
-            JobSpec(
+            PlannedJob(
                 "train-1", "ann", tuple(GpuRef(h, g) for h in ("node-a", "node-b") for g in (0, 1)), 0, 600
             ),
         ),

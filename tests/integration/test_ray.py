@@ -27,7 +27,9 @@ import pytest
 from loadmaster.parallel import InProcess, RayPool, connect_ray
 from loadmaster.rl import EnvConfig
 from loadmaster.rl.ppo import TrainConfig, train
-from loadmaster.rl.rank import LabEpisodes, RankConfig, train_ranking
+from loadmaster.rl.rank.config import RankConfig
+from loadmaster.rl.rank.episodes import LabEpisodes
+from loadmaster.rl.rank.train import train_ranking
 from loadmaster.sweep import Store, load_sweep, run_sweep
 from loadmaster.sweep.report import results_table
 

@@ -31,8 +31,8 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
 )
@@ -84,7 +84,7 @@ def test_status_shows_gpu_use_and_the_idle_gpu(
     gpus = tuple(GpuRef(h, g) for h in ("node-a", "node-b") for g in (0, 1))
     plan = TelemetryPlan(
         nodes=(NodeSpec("node-a", 2), NodeSpec("node-b", 2)),
-        jobs=(JobSpec("team-a/train", "alice", gpus, 0, 600),),
+        jobs=(PlannedJob("team-a/train", "alice", gpus, 0, 600),),
         faults=(Fault(FaultKind.IDLE, 0, 600, gpus=(GpuRef("node-b", 1),)),),
         seed=3,
     )

@@ -17,7 +17,6 @@ from fuzzing import examples
 from loadmaster.errors import ModelError
 from loadmaster.model import (
     Job,
-    MigPool,
     MigPoolConfig,
     MigSlot,
     Node,
@@ -27,6 +26,7 @@ from loadmaster.model import (
     TraceJob,
 )
 from loadmaster.model.mig import MIG_MODELS, MigModel, layout_problem, maximal_layouts
+from loadmaster.scheduling.mig_pool import MigPool
 from loadmaster.sim import SimOptions, simulate
 from loadmaster.sim.mig import MigSimOptions
 

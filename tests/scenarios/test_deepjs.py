@@ -17,43 +17,23 @@ import pytest
 from conftest import reference_data
 from loadmaster.errors import ModelError, SimulationError
 from loadmaster.traces import TraceError
-from loadmaster.validation.deepjs import (
-    METRICS,
-    REFERENCE_CHUNKS,
-    TOLERANCE,
-    Chooser,
-    ChunkResult,
-    Comparison,
-    Decision,
-    FirstFitChooser,
-    JobSpec,
-    MachineView,
-    RandomChooser,
-    SJFChooser,
-    Snapshot,
-    TaskSpec,
-    TaskView,
-    TetrisChooser,
-    chunk,
-    compare,
-    evaluate,
-    read_jobs,
-    read_reference,
-    reproduce,
-    run_chunk,
-)
+from loadmaster.validation.deepjs.chooser import Chooser, Decision, MachineView, Snapshot, TaskView
+from loadmaster.validation.deepjs.engine import METRICS, ChunkResult, evaluate, run_chunk
+from loadmaster.validation.deepjs.heuristics import FirstFitChooser, RandomChooser, SJFChooser, TetrisChooser
+from loadmaster.validation.deepjs.reference import TOLERANCE, Comparison, compare, read_reference, reproduce
+from loadmaster.validation.deepjs.trace import REFERENCE_CHUNKS, BatchJob, BatchTask, chunk, read_jobs
 
 # ---------------------------------------------------------------- builders
 
 
 def task(
     instances: int = 1, cpu: float = 1.0, duration: float = 10.0, memory: float = 0.0, task_id: int = 1
-) -> TaskSpec:
-    return TaskSpec(task_id, instances, cpu, memory, 0.0, duration)
+) -> BatchTask:
+    return BatchTask(task_id, instances, cpu, memory, 0.0, duration)
 
 
-def job(job_id: int, submit: int, *tasks: TaskSpec) -> JobSpec:
-    return JobSpec(job_id, submit, tasks)
+def job(job_id: int, submit: int, *tasks: BatchTask) -> BatchJob:
+    return BatchJob(job_id, submit, tasks)
 
 
 def machines(*free_cpu: float, memory: float = 1.0) -> tuple[MachineView, ...]:
@@ -260,7 +240,7 @@ def test_jobs_are_grouped_by_first_row_take_the_last_submit_and_sort_stably(tmp_
     )
     jobs = read_jobs(path)
     assert [(j.job_id, j.submit) for j in jobs] == [(7, 40), (9, 40), (8, 60)]
-    assert jobs[0].tasks == (TaskSpec(1, 2, 0.5, 0.01, 0.0, 10.0), TaskSpec(2, 3, 0.5, 0.01, 0.0, 3.0))
+    assert jobs[0].tasks == (BatchTask(1, 2, 0.5, 0.01, 0.0, 10.0), BatchTask(2, 3, 0.5, 0.01, 0.0, 3.0))
 
 
 @pytest.mark.parametrize(

@@ -16,17 +16,10 @@ from loadmaster.errors import ConfigError
 from loadmaster.rl.agent import Agent
 from loadmaster.scheduling.observe import ObservationSpec
 from loadmaster.scheduling.policy_net import PolicyNet, load_policy, save_policy
-from loadmaster.validation.deepjs import (
-    Decision,
-    JobSpec,
-    MachineView,
-    SJFChooser,
-    Snapshot,
-    TaskSpec,
-    TaskView,
-    evaluate,
-    run_chunk,
-)
+from loadmaster.validation.deepjs.chooser import Decision, MachineView, Snapshot, TaskView
+from loadmaster.validation.deepjs.engine import evaluate, run_chunk
+from loadmaster.validation.deepjs.heuristics import SJFChooser
+from loadmaster.validation.deepjs.trace import BatchJob, BatchTask
 from loadmaster.validation.deepjs_learned import (
     DECISIONS,
     PAIR_INPUTS,
@@ -84,8 +77,8 @@ def test_nothing_fits_nothing_is_chosen() -> None:
 
 def test_scoring_minus_the_duration_is_sjf_on_a_chunk() -> None:
     jobs = [
-        JobSpec(1, 0, (TaskSpec(1, 40, 8.0, 0.01, 0.0, 30.0), TaskSpec(2, 10, 4.0, 0.01, 0.0, 5.0))),
-        JobSpec(2, 3, (TaskSpec(1, 60, 2.0, 0.02, 0.0, 12.5),)),
+        BatchJob(1, 0, (BatchTask(1, 40, 8.0, 0.01, 0.0, 30.0), BatchTask(2, 10, 4.0, 0.01, 0.0, 5.0))),
+        BatchJob(2, 3, (BatchTask(1, 60, 2.0, 0.02, 0.0, 12.5),)),
     ]
     ours = run_chunk(jobs, linear("log_duration"))
     sjf = run_chunk(jobs, SJFChooser())

@@ -14,8 +14,8 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
 )
@@ -37,7 +37,7 @@ def test_files_input(tmp_path: Path) -> None:
     specs = tuple(NodeSpec(f"n{i}", 8) for i in range(3))
     gpus = tuple(GpuRef(n.hostname, g) for n in specs for g in range(8))
     faults = (Fault(FaultKind.XID, 300, 400, gpus=(GpuRef("n1", 2),)),)
-    gen = SyntheticTelemetry(TelemetryPlan(specs, (JobSpec("j", "ann", gpus, 0, 1000),), faults, seed=1))
+    gen = SyntheticTelemetry(TelemetryPlan(specs, (PlannedJob("j", "ann", gpus, 0, 1000),), faults, seed=1))
     pq.write_table(gen.samples(0.0, 900.0), tmp_path / "s.parquet")
     pq.write_table(series_table(gen.series(450.0)), tmp_path / "series.parquet")
     args = [

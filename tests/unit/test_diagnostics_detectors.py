@@ -12,8 +12,8 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
 )
@@ -34,7 +34,7 @@ FAULTS = (
 def job_frame(faults: tuple[Fault, ...], seed: int = 3, nodes: int = 4) -> JobFrame:
     specs = tuple(NodeSpec(f"n{i}", 8) for i in range(nodes))
     gpus = tuple(GpuRef(n.hostname, g) for n in specs for g in range(8))
-    plan = TelemetryPlan(specs, (JobSpec("j", "ann", gpus, 0, DURATION_S + 1),), faults, seed=seed)
+    plan = TelemetryPlan(specs, (PlannedJob("j", "ann", gpus, 0, DURATION_S + 1),), faults, seed=seed)
     gen = SyntheticTelemetry(plan)
     samples = gen.samples(0.0, DURATION_S)
     return frame_from_tables(

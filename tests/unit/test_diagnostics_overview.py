@@ -11,14 +11,14 @@ from loadmaster.diagnostics import detect, frame_from_tables
 from loadmaster.diagnostics.frame import JobFrame
 from loadmaster.diagnostics.overview import MIN_OVERVIEW_S, overview
 from loadmaster.telemetry.schema import field, field_code
-from loadmaster.telemetry.synthetic import GpuRef, JobSpec, NodeSpec, SyntheticTelemetry, TelemetryPlan
+from loadmaster.telemetry.synthetic import GpuRef, NodeSpec, PlannedJob, SyntheticTelemetry, TelemetryPlan
 
 
 def job(duration_s: float, without: str | None = None) -> JobFrame:
     """A healthy 24-GPU job of ``duration_s`` seconds, optionally without one field."""
     specs = tuple(NodeSpec(f"n{i}", 8) for i in range(3))
     gpus = tuple(GpuRef(n.hostname, g) for n in specs for g in range(8))
-    gen = SyntheticTelemetry(TelemetryPlan(specs, (JobSpec("j", "bo", gpus, 0, 1201.0),), seed=5))
+    gen = SyntheticTelemetry(TelemetryPlan(specs, (PlannedJob("j", "bo", gpus, 0, 1201.0),), seed=5))
     samples: pa.Table = gen.samples(0.0, duration_s)
     if without is not None:
         samples = samples.filter(pc.not_equal(samples.column("field"), field_code(field(without))))

@@ -15,8 +15,8 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
     Workload,
@@ -52,9 +52,11 @@ def test_rule_rejects_bad_settings() -> None:
 def test_report_names_idle_job_and_user_with_an_action() -> None:
     specs = (NodeSpec("a", 8), NodeSpec("b", 8))
     jobs = (
-        JobSpec("train", "ann", tuple(GpuRef("a", g) for g in range(8)), 0, 9000),
-        JobSpec("notebook", "bo", tuple(GpuRef("b", g) for g in range(2)), 0, 9000, workload=Workload.IDLE),
-        JobSpec("half", "cy", tuple(GpuRef("b", g) for g in range(2, 6)), 0, 9000),
+        PlannedJob("train", "ann", tuple(GpuRef("a", g) for g in range(8)), 0, 9000),
+        PlannedJob(
+            "notebook", "bo", tuple(GpuRef("b", g) for g in range(2)), 0, 9000, workload=Workload.IDLE
+        ),
+        PlannedJob("half", "cy", tuple(GpuRef("b", g) for g in range(2, 6)), 0, 9000),
     )
     faults = (Fault(FaultKind.IDLE, 0, 9000, gpus=(GpuRef("b", 4), GpuRef("b", 5))),)
     gen = SyntheticTelemetry(TelemetryPlan(specs, jobs, faults, seed=2))
@@ -77,8 +79,8 @@ def test_report_names_idle_job_and_user_with_an_action() -> None:
 def test_jobs_rank_by_wasted_gpu_hours_with_how_long_they_have_been_idle() -> None:
     specs = (NodeSpec("a", 8),)
     jobs = (
-        JobSpec("late", "ann", tuple(GpuRef("a", g) for g in range(4)), 0, 9000),
-        JobSpec(
+        PlannedJob("late", "ann", tuple(GpuRef("a", g) for g in range(4)), 0, 9000),
+        PlannedJob(
             "notebook", "bo", tuple(GpuRef("a", g) for g in range(4, 6)), 0, 9000, workload=Workload.IDLE
         ),
     )

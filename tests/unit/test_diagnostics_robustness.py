@@ -14,7 +14,7 @@ from loadmaster.diagnostics import FindingKind, detect, frame_from_files, frame_
 from loadmaster.telemetry.memory import MemoryStore
 from loadmaster.telemetry.schema import field, field_code
 from loadmaster.telemetry.store import series_table
-from loadmaster.telemetry.synthetic import GpuRef, JobSpec, NodeSpec, SyntheticTelemetry, TelemetryPlan
+from loadmaster.telemetry.synthetic import GpuRef, NodeSpec, PlannedJob, SyntheticTelemetry, TelemetryPlan
 
 DURATION_S = 1200.0
 
@@ -22,7 +22,7 @@ DURATION_S = 1200.0
 def clean_job() -> tuple[SyntheticTelemetry, pa.Table]:
     specs = tuple(NodeSpec(f"n{i}", 8) for i in range(3))
     gpus = tuple(GpuRef(n.hostname, g) for n in specs for g in range(8))
-    gen = SyntheticTelemetry(TelemetryPlan(specs, (JobSpec("j", "bo", gpus, 0, DURATION_S + 1),), seed=5))
+    gen = SyntheticTelemetry(TelemetryPlan(specs, (PlannedJob("j", "bo", gpus, 0, DURATION_S + 1),), seed=5))
     return gen, gen.samples(0.0, DURATION_S)
 
 

@@ -17,8 +17,8 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
     Workload,
@@ -29,7 +29,7 @@ def _xid_job() -> SyntheticTelemetry:
     specs = tuple(NodeSpec(f"n{i}", 8) for i in range(3))
     gpus = tuple(GpuRef(n.hostname, g) for n in specs for g in range(8))
     faults = (Fault(FaultKind.XID, 300, 400, gpus=(GpuRef("n1", 2),)),)
-    return SyntheticTelemetry(TelemetryPlan(specs, (JobSpec("j", "ann", gpus, 0, 1000),), faults, seed=1))
+    return SyntheticTelemetry(TelemetryPlan(specs, (PlannedJob("j", "ann", gpus, 0, 1000),), faults, seed=1))
 
 
 def _fill(store: TelemetryStore, gen: SyntheticTelemetry, end_s: float, interval_s: float) -> None:
@@ -65,9 +65,11 @@ def test_diagnose_store_names_a_missing_file(tmp_path: Path) -> None:
 def _idle_cluster() -> SyntheticTelemetry:
     specs = (NodeSpec("a", 8), NodeSpec("b", 8))
     jobs = (
-        JobSpec("train", "ann", tuple(GpuRef("a", g) for g in range(8)), 0, 9000),
-        JobSpec("notebook", "bo", tuple(GpuRef("b", g) for g in range(2)), 0, 9000, workload=Workload.IDLE),
-        JobSpec("half", "cy", tuple(GpuRef("b", g) for g in range(2, 6)), 0, 9000),
+        PlannedJob("train", "ann", tuple(GpuRef("a", g) for g in range(8)), 0, 9000),
+        PlannedJob(
+            "notebook", "bo", tuple(GpuRef("b", g) for g in range(2)), 0, 9000, workload=Workload.IDLE
+        ),
+        PlannedJob("half", "cy", tuple(GpuRef("b", g) for g in range(2, 6)), 0, 9000),
     )
     faults = (Fault(FaultKind.IDLE, 0, 9000, gpus=(GpuRef("b", 4), GpuRef("b", 5))),)
     return SyntheticTelemetry(TelemetryPlan(specs, jobs, faults, seed=2))

@@ -15,8 +15,8 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
 )
@@ -29,7 +29,7 @@ MILD = (GpuRef("n1", 4), GpuRef("n2", 0))
 def generated(faults: tuple[Fault, ...], start_s: float = 0.0) -> tuple[SyntheticTelemetry, JobFrame]:
     specs = tuple(NodeSpec(f"n{i}", 8) for i in range(4))
     gpus = tuple(GpuRef(n.hostname, g) for n in specs for g in range(8))
-    plan = TelemetryPlan(specs, (JobSpec("j", "ann", gpus, start_s, DURATION_S + 1),), faults, seed=3)
+    plan = TelemetryPlan(specs, (PlannedJob("j", "ann", gpus, start_s, DURATION_S + 1),), faults, seed=3)
     gen = SyntheticTelemetry(plan)
     frame = frame_from_tables(
         gen.series(DURATION_S - 1), [gen.samples(start_s, DURATION_S)], job="j", step_s=1.0, start_s=0.0,

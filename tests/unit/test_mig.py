@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,16 @@ import pytest
 from builders import profile
 from loadmaster.config import load_cluster
 from loadmaster.errors import ConfigError, ModelError
-from loadmaster.model import Job, MigPoolConfig, Node, NodeTable, ResourceType, TaskRequest, TraceJob
+from loadmaster.model import (
+    ClusterSnapshot,
+    Job,
+    MigPoolConfig,
+    Node,
+    NodeTable,
+    ResourceType,
+    TaskRequest,
+    TraceJob,
+)
 from loadmaster.model.mig import (
     MIG_MODELS,
     SMALLEST_FIT,
@@ -23,6 +33,7 @@ from loadmaster.model.mig import (
 )
 from loadmaster.scheduling import Scheduler
 from loadmaster.scheduling.mig_plan import plan_layouts, with_interactive_default
+from loadmaster.scheduling.state import WorkingState
 from loadmaster.sim import SimOptions, simulate
 from loadmaster.sim.mig import MigSimOptions, Reboot
 
@@ -284,3 +295,22 @@ def test_a_reservation_holds_its_mig_instances_against_later_jobs(cpu_milli: int
     assert start["gang"] == 100.0  # reserved from the running job's end, and held
     assert start["short"] == 3.0  # ends at 43, before the reservation: backfilled on the free instance
     assert start["late"] == 150.0  # after the gang, not on an instance the gang needed
+
+
+class _CountsOnly:
+    """A MIG view that answers the snapshot's questions but is no pool the scheduler can work on."""
+
+    def free_count(self, profile: str) -> np.ndarray:
+        return np.zeros(1, dtype=np.int64)
+
+    def idle_gpus(self) -> np.ndarray:
+        return np.zeros(1)
+
+    def node_gpus(self, node: int) -> tuple[int, ...]:
+        return ()
+
+
+def test_the_working_state_refuses_a_mig_view_that_is_not_a_pool() -> None:
+    snapshot = dataclasses.replace(ClusterSnapshot.empty(nodes()), mig=_CountsOnly())
+    with pytest.raises(ModelError, match=r"mig_pool\.MigPool, got _CountsOnly"):
+        WorkingState.from_snapshot(snapshot)

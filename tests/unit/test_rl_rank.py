@@ -16,15 +16,11 @@ from typer.testing import CliRunner
 from conftest import reference_data
 from loadmaster.cli import app
 from loadmaster.errors import ConfigError
-from loadmaster.rl.rank import (
-    LabEpisodes,
-    RankConfig,
-    _advantages,
-    _Played,
-    prefix_log_prob,
-    to_go,
-    train_ranking,
-)
+from loadmaster.rl.rank.config import RankConfig
+from loadmaster.rl.rank.episodes import LabEpisodes, to_go
+from loadmaster.rl.rank.loss import advantages, prefix_log_prob
+from loadmaster.rl.rank.train import train_ranking
+from loadmaster.rl.rank.workers import PlayedEpisode
 from loadmaster.rl.run import rank_to
 from loadmaster.scheduling.policy_net import load_policy
 
@@ -47,9 +43,9 @@ def test_a_one_position_prefix_is_the_softmax_and_padding_is_ignored() -> None:
     assert float(logp) == pytest.approx(float(torch.log_softmax(scores[0, :3], 0)[0]), abs=1e-6)
 
 
-def _played(end: list[float], times: list[float]) -> _Played:
+def _played(end: list[float], times: list[float]) -> PlayedEpisode:
     """Two jobs submitted at 0 that run 100 s each; ``end`` says when each finished."""
-    played = _Played(0.0, np.zeros(2), np.array(end), np.full(2, 1 / 100))
+    played = PlayedEpisode(0.0, np.zeros(2), np.array(end), np.full(2, 1 / 100))
     played.times.extend(times)
     return played
 
@@ -65,10 +61,10 @@ def test_the_advantage_compares_samples_of_the_same_workload_from_the_same_momen
     """A sample whose jobs finish sooner than the others' after a decision gets a positive
     advantage there; identical futures give zero."""
     fast, slow = _played([100.0, 200.0], [50.0, 150.0]), _played([100.0, 400.0], [50.0])
-    adv = _advantages([fast, slow], samples=2)
+    adv = advantages([fast, slow], samples=2)
     assert len(adv) == 3
     assert adv[0] > 0 and adv[2] < 0
-    same = _advantages([_played([100.0, 200.0], [10.0]), _played([100.0, 200.0], [10.0])], samples=2)
+    same = advantages([_played([100.0, 200.0], [10.0]), _played([100.0, 200.0], [10.0])], samples=2)
     assert np.all(same == 0.0)
 
 

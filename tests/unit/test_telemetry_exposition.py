@@ -11,7 +11,7 @@ from loadmaster.telemetry import FIELDS, Series, field
 from loadmaster.telemetry.agent import NVML_FIELDS, Agent, Device, FakeReader, NvmlReader
 from loadmaster.telemetry.exposition import CONTENT_TYPE, LatestValues, MetricsServer, latest_values, render
 from loadmaster.telemetry.memory import MemoryStore
-from loadmaster.telemetry.synthetic import GpuRef, JobSpec, NodeSpec, SyntheticTelemetry, TelemetryPlan
+from loadmaster.telemetry.synthetic import GpuRef, NodeSpec, PlannedJob, SyntheticTelemetry, TelemetryPlan
 
 
 def parse(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -23,7 +23,7 @@ def parse(text: bytes) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 @pytest.fixture
 def store() -> MemoryStore:
-    plan = TelemetryPlan((NodeSpec("n0", 2),), (JobSpec("j1", "ann", (GpuRef("n0", 0),), 0.0, 100.0),))
+    plan = TelemetryPlan((NodeSpec("n0", 2),), (PlannedJob("j1", "ann", (GpuRef("n0", 0),), 0.0, 100.0),))
     telemetry = SyntheticTelemetry(plan).generate(0.0, 30.0)
     made = MemoryStore()
     made.register(telemetry.series)

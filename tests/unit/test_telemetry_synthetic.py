@@ -15,20 +15,19 @@ from loadmaster.sim import simulate
 from loadmaster.telemetry import SAMPLE_SCHEMA, field
 from loadmaster.telemetry.memory import MemoryStore
 from loadmaster.telemetry.synthetic import (
-    CLOCKS_GPU_IDLE,
-    CLOCKS_SW_THERMAL,
     GPU_MODELS,
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
     Workload,
     plan_from_run,
     plan_from_snapshot,
 )
+from loadmaster.telemetry.synthetic.plan import CLOCKS_GPU_IDLE, CLOCKS_SW_THERMAL
 
 H100 = GPU_MODELS["H100"]
 END = 1200.0
@@ -44,8 +43,8 @@ def base_plan(*faults: Fault, seed: int = 7) -> TelemetryPlan:
     return TelemetryPlan(
         nodes=(NodeSpec("n0", 4), NodeSpec("n1", 4), NodeSpec("n2", 4)),
         jobs=(
-            JobSpec("train", "ann", gpus("n0", 0, 1, 2, 3) + gpus("n1", 0, 1, 2, 3), 0.0, END, step_s=4.0),
-            JobSpec("notebook", "bob", gpus("n2", 0), 0.0, END, Workload.IDLE),
+            PlannedJob("train", "ann", gpus("n0", 0, 1, 2, 3) + gpus("n1", 0, 1, 2, 3), 0.0, END, step_s=4.0),
+            PlannedJob("notebook", "bob", gpus("n2", 0), 0.0, END, Workload.IDLE),
         ),
         faults=faults,
         seed=seed,
@@ -231,12 +230,12 @@ def test_node_fault_targets_every_gpu_of_the_node() -> None:
     assert gen.fault_gpus(gen.truth[0]) == list(gpus("n2", 0, 1, 2, 3))
 
 
-def one_node(*jobs: JobSpec, faults: tuple[Fault, ...] = ()) -> TelemetryPlan:
+def one_node(*jobs: PlannedJob, faults: tuple[Fault, ...] = ()) -> TelemetryPlan:
     return TelemetryPlan((NodeSpec("n0", 2),), jobs, faults)
 
 
-def job(job_id: str, gpu: int, start: float, end: float) -> JobSpec:
-    return JobSpec(job_id, "u", gpus("n0", gpu), start, end)
+def job(job_id: str, gpu: int, start: float, end: float) -> PlannedJob:
+    return PlannedJob(job_id, "u", gpus("n0", gpu), start, end)
 
 
 @pytest.mark.parametrize(

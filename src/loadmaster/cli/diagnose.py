@@ -32,8 +32,8 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
     NodeSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
 )
@@ -63,7 +63,7 @@ def synthetic_frame(nodes: int = 4, duration_s: float = 3600.0, seed: int = 0) -
         Fault(FaultKind.MISSING, 0.85 * d, 0.90 * d, gpus=(GpuRef("node2", 7),)),
         Fault(FaultKind.IDLE, 0.85 * d, 0.95 * d, nodes=("node1",)),
     )
-    plan = TelemetryPlan(specs, (JobSpec("demo", "ann", gpus, 0.0, d + 1.0),), faults, seed=seed)
+    plan = TelemetryPlan(specs, (PlannedJob("demo", "ann", gpus, 0.0, d + 1.0),), faults, seed=seed)
     gen = SyntheticTelemetry(plan)
     return frame_from_tables(
         gen.series(d / 2), [gen.samples(0.0, d)], job="demo", step_s=1.0, start_s=0.0, end_s=d

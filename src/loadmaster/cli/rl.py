@@ -31,7 +31,7 @@ from loadmaster.rl.evaluate import (
     evaluate,
     learned_profiles,
 )
-from loadmaster.validation.deepjs import heuristics
+from loadmaster.validation.deepjs.heuristics import heuristics
 from loadmaster.validation.deepjs_learned import TEST_CHUNKS, DeepJSChunks, compare_choosers
 from loadmaster.validation.rlscheduler import (
     MACHINE_PROCS,
@@ -44,7 +44,7 @@ from loadmaster.validation.rlscheduler import (
 )
 
 if TYPE_CHECKING:
-    from loadmaster.rl.rank import Source
+    from loadmaster.rl.rank.episodes import Source
 
 app = typer.Typer(no_args_is_help=True, help="The learned scheduler: train it with PPO, evaluate it.")
 
@@ -193,7 +193,8 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
 ) -> None:
     """Train the learned order by PPO over rankings, in the profile it will serve in (CPU; seeded)."""
     try:
-        from loadmaster.rl.rank import LabEpisodes, RankConfig  # noqa: PLC0415 (torch is optional)
+        from loadmaster.rl.rank.config import RankConfig  # noqa: PLC0415 (torch is optional)
+        from loadmaster.rl.rank.episodes import LabEpisodes  # noqa: PLC0415
         from loadmaster.rl.run import rank_to  # noqa: PLC0415
     except ModuleNotFoundError as err:
         raise _torch_missing("rank-train") from err

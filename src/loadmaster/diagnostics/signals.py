@@ -202,57 +202,110 @@ def standardise(features: FloatArray) -> FloatArray:
 def k_medoids(features: FloatArray, k_max: int = 4, seed: int = 0) -> Clustering:
     """Robust k-medoids (L1 distance on standardised features), k from 1..k_max by silhouette.
 
-    k = 1 is kept unless a split's mean silhouette exceeds 0.5: peers that only
-    differ by noise stay one cluster.
+    Each k runs :func:`_alternating_k_medoids` (Voronoi iteration, not PAM's swap
+    search). k = 1 is kept unless a split's mean silhouette exceeds 0.5: peers
+    that only differ by noise stay one cluster. Distances are computed a block of
+    rows at a time and never held all at once, so thousands of ranks take
+    seconds and tens of MiB (``tests/unit/test_diagnostics_signals.py``).
     """
     x = standardise(features)
     n = x.shape[0]
-    dist = np.abs(x[:, None, :] - x[None, :, :]).sum(axis=2)
-    best = Clustering(np.zeros(n, dtype=np.int64), np.array([_medoid(dist, np.arange(n))]), 0.0)
+    medoid = _Medoids(x)
+    best = Clustering(np.zeros(n, dtype=np.int64), np.array([medoid(np.arange(n))]), 0.0)
     rng = np.random.default_rng(seed)
     for k in range(2, min(k_max, n - 1) + 1):
-        labels, medoids = _pam(dist, k, rng)
-        score = _silhouette(dist, labels)
+        labels, medoids = _alternating_k_medoids(medoid, k, rng)
+        score = _silhouette(x, labels)
         if score > max(0.5, best.silhouette):
             best = Clustering(labels, medoids, score)
     return best
 
 
-def _medoid(dist: FloatArray, rows: IntArray) -> int:
-    return int(rows[np.argmin(dist[np.ix_(rows, rows)].sum(axis=1))])
+_BLOCK_CELLS = 1 << 20
+"""Distances computed at once (rows x columns): 8 MiB of float64 per block."""
 
 
-def _pam(dist: FloatArray, k: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
-    """k-medoids with farthest-first initialisation and alternate (Voronoi) iteration."""
-    medoids = [int(np.argmin(dist.sum(axis=1)))]
+def _l1(x: FloatArray, rows: IntArray, cols: IntArray) -> FloatArray:
+    """L1 distances between rows ``rows`` and ``cols`` of ``x``, summed feature by feature
+    (a rows x cols matrix; never rows x cols x features)."""
+    out = np.zeros((rows.size, cols.size))
+    term = np.empty_like(out)
+    for j in range(x.shape[1]):
+        np.subtract(x[rows, j][:, None], x[cols, j][None, :], out=term)
+        out += np.abs(term, out=term)
+    return out
+
+
+def _blocks(rows: IntArray, cols: int) -> list[IntArray]:
+    """``rows`` cut into blocks of at most :data:`_BLOCK_CELLS` distances against ``cols`` columns."""
+    step = max(1, _BLOCK_CELLS // max(cols, 1))
+    return [rows[i : i + step] for i in range(0, rows.size, step)]
+
+
+class _Medoids:
+    """Medoids of row sets of ``x``, each computed once: alternating rounds and successive k
+    meet the same clusters again (the last round of every k repeats the one before)."""
+
+    def __init__(self, x: FloatArray) -> None:
+        self.x = x
+        self.known: dict[bytes, int] = {}
+
+    def __call__(self, rows: IntArray) -> int:
+        """The row of ``rows`` with the least summed distance to the others (first one on a tie)."""
+        key = rows.tobytes()
+        if key not in self.known:
+            x = self.x
+            sums = np.concatenate([_l1(x, block, rows).sum(axis=1) for block in _blocks(rows, rows.size)])
+            self.known[key] = int(rows[np.argmin(sums)])
+        return self.known[key]
+
+
+def _alternating_k_medoids(medoid: _Medoids, k: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+    """k-medoids by alternating (Voronoi) iteration from a farthest-first start.
+
+    Assign each row to its nearest medoid, move each medoid to its cluster's
+    medoid, repeat (at most 20 rounds) until the medoids stay: Park and Jun's
+    alternating scheme, not PAM's BUILD/SWAP, which tries every (medoid,
+    non-medoid) swap and costs O(k (n - k)^2) a round.
+    """
+    x = medoid.x
+    everyone = np.arange(x.shape[0])
+    medoids = [medoid(everyone)]
     while len(medoids) < k:
-        d = dist[:, medoids].min(axis=1)
+        d = _l1(x, everyone, np.array(medoids)).min(axis=1)
         medoids.append(int(np.argmax(d + 1e-12 * rng.random(d.size))))
     med = np.array(medoids, dtype=np.int64)
-    labels = np.argmin(dist[:, med], axis=1)
+    labels = np.argmin(_l1(x, everyone, med), axis=1)
     for _ in range(20):
         new = np.array(
-            [_medoid(dist, np.flatnonzero(labels == c)) if np.any(labels == c) else med[c] for c in range(k)]
+            [medoid(np.flatnonzero(labels == c)) if np.any(labels == c) else med[c] for c in range(k)]
         )
-        labels = np.argmin(dist[:, new], axis=1)
+        labels = np.argmin(_l1(x, everyone, new), axis=1)
         if np.array_equal(new, med):
             break
         med = new
     return labels.astype(np.int64), med.astype(np.int64)
 
 
-def _silhouette(dist: FloatArray, labels: IntArray) -> float:
+def _silhouette(x: FloatArray, labels: IntArray) -> float:
+    """Mean silhouette of ``labels``: per row, (b - a) / max(a, b) with a its mean distance to its own
+    cluster's other rows and b the least mean distance to another cluster; 0 for a row alone."""
     k = int(labels.max()) + 1
     if k < 2:
         return 0.0
-    scores = np.zeros(labels.size)
-    for i in range(labels.size):
-        own = labels == labels[i]
-        if own.sum() <= 1:
-            continue
-        a = dist[i, own].sum() / (own.sum() - 1)
-        b = min(dist[i, labels == c].mean() for c in range(k) if c != labels[i] and np.any(labels == c))
-        scores[i] = (b - a) / max(a, b, 1e-12)
+    members = [np.flatnonzero(labels == c) for c in range(k)]
+    counts = np.array([m.size for m in members], dtype=np.float64)
+    sums = np.zeros((labels.size, k))
+    for block in _blocks(np.arange(labels.size), labels.size):
+        dist = _l1(x, block, np.arange(labels.size))
+        for c, rows in enumerate(members):
+            sums[block, c] = dist[:, rows].sum(axis=1)
+    own = counts[labels]
+    a = sums[np.arange(labels.size), labels] / np.maximum(own - 1, 1)
+    means = np.where(counts > 0, sums / np.maximum(counts, 1), np.inf)
+    means[np.arange(labels.size), labels] = np.inf
+    b = means.min(axis=1)
+    scores = np.where(own > 1, (b - a) / np.maximum(np.maximum(a, b), 1e-12), 0.0)
     return float(scores.mean())
 
 

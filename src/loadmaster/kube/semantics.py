@@ -7,7 +7,7 @@ loadmaster's forms of them (``node-unschedulable``, ``taint-toleration``,
 profile written for the simulator behaves as Kubernetes users expect. A
 profile that lists one keeps its own weight for it.
 
-MIG devices a node advertises become a :class:`~loadmaster.model.MigPool`
+MIG devices a node advertises become a :class:`~loadmaster.scheduling.mig_pool.MigPool`
 (:func:`mig_layouts`, :func:`mig_pool`), so MIG pods are placed by the same
 code as in the simulator.
 """
@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from loadmaster.errors import ModelError
 from loadmaster.kube.profiles import ProfileScheduler
 from loadmaster.kube.translate import SCHEDULER_NAME
-from loadmaster.model import MigInstance, MigPool, NodeTable
+from loadmaster.model import MigInstance, NodeTable
 from loadmaster.model.mig import MIG_MODELS, MigModel, mig_model_for, pack_layout
 from loadmaster.scheduling import PluginSpec, Scheduler
+from loadmaster.scheduling.mig_pool import MigPool
 from loadmaster.scheduling.profile import with_plugins
 
 KUBE_PLUGINS: tuple[PluginSpec, ...] = (

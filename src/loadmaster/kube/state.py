@@ -16,7 +16,6 @@ from loadmaster.model import (
     ClusterSnapshot,
     Job,
     MigInstance,
-    MigPool,
     NodeTable,
     PendingJob,
     RunningJob,
@@ -25,6 +24,7 @@ from loadmaster.model import (
 )
 from loadmaster.model.mig import MigModel
 from loadmaster.model.snapshot import gpu_summary
+from loadmaster.scheduling.mig_pool import MigPool
 
 
 @dataclass

@@ -17,11 +17,11 @@ from loadmaster.model.job import (
     TraceJob,
     size_class,
 )
-from loadmaster.model.mig import MigInstance, MigPool, MigPoolConfig, MigSlot
+from loadmaster.model.mig import MigInstance, MigPoolConfig, MigSlot
 from loadmaster.model.node import Node, NodeTable
 from loadmaster.model.outcome import JobTable, Timeline
 from loadmaster.model.resources import MILLI_PER_GPU, ResourceType, TaskRequest
-from loadmaster.model.snapshot import ClusterSnapshot, gpu_summary, node_gpu_summary
+from loadmaster.model.snapshot import ClusterSnapshot, MigView, gpu_summary, node_gpu_summary
 from loadmaster.model.usage import DecayedUsage, UsageLedger
 
 __all__ = [
@@ -32,9 +32,9 @@ __all__ = [
     "Job",
     "JobTable",
     "MigInstance",
-    "MigPool",
     "MigPoolConfig",
     "MigSlot",
+    "MigView",
     "Node",
     "NodeAffinity",
     "NodeTable",

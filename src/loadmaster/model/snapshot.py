@@ -4,14 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from loadmaster.model.job import PendingJob, RunningJob
-from loadmaster.model.mig import MigPool
 from loadmaster.model.node import NodeTable
 from loadmaster.model.resources import MILLI_PER_GPU
+
+
+class MigView(Protocol):
+    """What a snapshot's reader may ask of the MIG-mode GPUs it carries.
+
+    The state itself (layouts, instances in use, ready GPUs) is runtime state of the
+    simulator and the scheduler, :class:`loadmaster.scheduling.mig_pool.MigPool`;
+    ``model`` only names the read-only questions, so it depends on nothing above it.
+    """
+
+    def free_count(self, profile: str) -> npt.NDArray[np.int64]:
+        """Free instances of ``profile`` per node."""
+        ...
+
+    def idle_gpus(self) -> npt.NDArray[np.float64]:
+        """Per node: the compute of its MIG-mode GPUs that no task holds, in GPUs."""
+        ...
+
+    def node_gpus(self, node: int) -> tuple[int, ...]:
+        """The MIG-mode GPU indices of ``node``."""
+        ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,7 +68,7 @@ class ClusterSnapshot:
     """Past GPU-seconds with half-life decay, keyed ``user/<name>`` and ``group/<name>`` (fair share)."""
     recent_runtimes_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Run times of each user's most recent finished jobs, newest last (runtime prediction)."""
-    mig: MigPool | None = None
+    mig: MigView | None = None
     """The MIG-mode GPUs with their layouts and free instances (None: no GPU is in MIG mode).
     A MIG-mode GPU shows 0 free in ``gpu_free_milli``: only MIG requests can use it. Read only."""
 

@@ -29,7 +29,9 @@ from matplotlib.ticker import FormatStrFormatter
 
 from loadmaster.rl.agent import Agent
 from loadmaster.rl.ppo import TrainConfig, UpdateLog, train
-from loadmaster.rl.rank import ChoiceEpisodes, RankConfig, RankLog, Source, train_ranking
+from loadmaster.rl.rank.config import RankConfig, RankLog
+from loadmaster.rl.rank.episodes import ChoiceEpisodes, Source
+from loadmaster.rl.rank.train import train_ranking
 
 CURVE_COLUMNS = (
     "update",

@@ -169,14 +169,6 @@ class GpuChoicePlugin(Plugin):
         raise NotImplementedError
 
 
-@dataclass(frozen=True, slots=True)
-class NodeChoice:
-    """Where the default gang placement may put tasks: allowed nodes and their combined score."""
-
-    allowed: BoolArray
-    scores: FloatArray
-
-
 class PlaceGangPlugin(Plugin):
     """``place_gang``: choose the node for the next tasks of a gang (topology).
 
@@ -209,6 +201,14 @@ class ReservePlugin(Plugin):
     Used by the ``backfill`` action: a job that cannot start now may reserve
     its earliest start, computed from running jobs' expected ends; later jobs
     start now only where they cannot delay a reservation.
+
+    Not Kubernetes' Reserve: there, Reserve (with Unreserve) runs for a pod that
+    has been given a node, to claim node-local resources before binding and to
+    undo that claim if a later step fails (kubernetes.io/docs/concepts/
+    scheduling-eviction/scheduling-framework). Here ``reserve`` is a backfill
+    policy for jobs that got no node: a time-slot reservation in the future, as
+    in Slurm's and Maui's backfill; commit and rollback of a placement are the
+    working state's gang transaction (:class:`~loadmaster.scheduling.state.WorkingState`).
     """
 
     max_starving_per_cycle: int = 0

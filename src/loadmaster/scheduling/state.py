@@ -13,16 +13,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from loadmaster.errors import ModelError
 from loadmaster.model import (
     MILLI_PER_GPU,
     ClusterSnapshot,
     MigInstance,
-    MigPool,
+    MigView,
     NodeTable,
     TaskPlacement,
     gpu_summary,
     node_gpu_summary,
 )
+from loadmaster.scheduling.mig_pool import MigPool
 
 IntArray = npt.NDArray[np.int64]
 
@@ -78,7 +80,7 @@ class WorkingState:
             whole_free=snapshot.whole_free.copy(),
             largest_share=snapshot.largest_share.copy(),
             free_milli=snapshot.free_milli.copy(),
-            mig=snapshot.mig.copy() if snapshot.mig is not None else None,
+            mig=_working_mig(snapshot.mig),
             pods_free=snapshot.pods_free.copy() if snapshot.pods_free is not None else None,
         )
 
@@ -220,3 +222,14 @@ class WorkingState:
             if placement.mig is not None:
                 self._mig(placement, +1)
             self._apply(placement, +1)
+
+
+def _working_mig(mig: MigView | None) -> MigPool | None:
+    """The cycle's own copy of the snapshot's MIG pool (a driver hands in its live one)."""
+    if mig is None:
+        return None
+    if not isinstance(mig, MigPool):
+        raise ModelError(
+            f"ClusterSnapshot.mig must be a loadmaster.scheduling.mig_pool.MigPool, got {type(mig).__name__}"
+        )
+    return mig.copy()

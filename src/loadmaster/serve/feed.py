@@ -5,7 +5,7 @@ There is one generator of synthetic telemetry,
 adapts the live cluster to it. At every telemetry step :meth:`DemoTelemetry.observe`
 reads the simulator and keeps the generator's jobs in step with it:
 
-- a running job becomes a :class:`JobSpec` on its exact GPUs from its start to
+- a running job becomes a :class:`PlannedJob` on its exact GPUs from its start to
   its expected end (start + duration, as the simulator will complete it); a
   fixed share of jobs (:data:`IDLE_JOB_SHARE`) are idle allocations (notebooks
   left open, stuck data loaders), the waste the operator view shows;
@@ -38,7 +38,7 @@ from loadmaster.telemetry.synthetic import (
     Fault,
     FaultKind,
     GpuRef,
-    JobSpec,
+    PlannedJob,
     SyntheticTelemetry,
     TelemetryPlan,
     Workload,
@@ -137,14 +137,14 @@ class DemoTelemetry:
                 out[job_id] = (start, pending.bound, Workload.IDLE)
         return out
 
-    def _spec(self, sim: LiveSimulator, job_id: str, key: Key, time_s: float) -> JobSpec:
+    def _spec(self, sim: LiveSimulator, job_id: str, key: Key, time_s: float) -> PlannedJob:
         start, placements, workload = key
         trace = sim.jobs[sim.index[job_id]]
         running = job_id in sim.cluster.running
         end = start + trace.duration_s if running else math.inf
         names = [n.name for n in sim.nodes.nodes]
         gpus = tuple(sorted({GpuRef(names[p.node], int(g)) for p in placements for g in p.gpu_indices}))
-        return JobSpec(job_id, trace.job.user, gpus, min(start, time_s), max(end, start + 1.0), workload)
+        return PlannedJob(job_id, trace.job.user, gpus, min(start, time_s), max(end, start + 1.0), workload)
 
     def _relabel(self) -> list[Series]:
         """GPU series whose job or user label changed since the last call."""

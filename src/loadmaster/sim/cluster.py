@@ -15,7 +15,6 @@ from loadmaster.errors import SimulationError
 from loadmaster.model import (
     MILLI_PER_GPU,
     ClusterSnapshot,
-    MigPool,
     NodeTable,
     PendingJob,
     RunningJob,
@@ -23,6 +22,7 @@ from loadmaster.model import (
 )
 from loadmaster.model.snapshot import gpu_summary, node_gpu_summary
 from loadmaster.model.usage import UsageLedger
+from loadmaster.scheduling.mig_pool import MigPool
 
 
 def _read_only(array: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from loadmaster.errors import ModelError, SimulationError
-from loadmaster.model import MigInstance, MigPool, MigPoolConfig, NodeTable, RunningJob
+from loadmaster.model import MigInstance, MigPoolConfig, NodeTable, RunningJob
 from loadmaster.model.mig import MigModel, layout_text, mig_model_for, parse_layout
 from loadmaster.model.snapshot import node_gpu_summary
 from loadmaster.scheduling.mig_plan import plan_layouts
+from loadmaster.scheduling.mig_pool import MigPool
 from loadmaster.sim.cluster import SimCluster
 
 

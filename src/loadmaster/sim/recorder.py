@@ -6,7 +6,8 @@ from collections import Counter
 
 import numpy as np
 
-from loadmaster.model import MILLI_PER_GPU, MigPool, NodeTable, PendingJob, Timeline
+from loadmaster.model import MILLI_PER_GPU, NodeTable, PendingJob, Timeline
+from loadmaster.scheduling.mig_pool import MigPool
 
 
 class TimelineRecorder:

@@ -36,23 +36,16 @@ import numpy.typing as npt
 from loadmaster.errors import ConfigError
 from loadmaster.scheduling.observe import ObservationSpec
 from loadmaster.scheduling.policy_net import JOBS, PolicyNet, read_policy
-from loadmaster.validation.deepjs import (
-    BOUND_S,
+from loadmaster.validation.deepjs.chooser import Chooser, Decision, Snapshot, TaskView
+from loadmaster.validation.deepjs.engine import BOUND_S, SEED, ChunkResult, evaluate, run_chunk
+from loadmaster.validation.deepjs.heuristics import heuristics
+from loadmaster.validation.deepjs.trace import (
     CHUNK_JOBS,
     MACHINE_CPU,
     MACHINE_MEMORY,
-    SEED,
-    Chooser,
-    ChunkResult,
-    Decision,
-    JobSpec,
-    Snapshot,
-    TaskView,
+    BatchJob,
     chunk,
-    evaluate,
-    heuristics,
     read_jobs,
-    run_chunk,
 )
 
 F32 = npt.NDArray[np.float32]
@@ -239,7 +232,7 @@ class Recorded:
 
 
 @cache
-def _jobs(path: str) -> tuple[JobSpec, ...]:
+def _jobs(path: str) -> tuple[BatchJob, ...]:
     return read_jobs(Path(path))
 
 
@@ -332,7 +325,7 @@ def compare_choosers(
     return out
 
 
-def evaluation_runs(jobs_csv: Path, count: int = TEST_CHUNKS) -> list[tuple[int, Sequence[JobSpec]]]:
+def evaluation_runs(jobs_csv: Path, count: int = TEST_CHUNKS) -> list[tuple[int, Sequence[BatchJob]]]:
     """The evaluation chunks 0 .. count - 1."""
     jobs = _jobs(str(jobs_csv))
     return [(k, chunk(jobs, k)) for k in range(count)]

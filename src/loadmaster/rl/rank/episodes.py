@@ -1,0 +1,146 @@
+"""What the ranking trainer plays: simulator episodes in a profile or episodes that play themselves,
+what a played episode gives the update, and the built-in lab workload."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.config import Cluster, load_cluster, load_workload
+from loadmaster.model import NodeTable, TraceJob
+from loadmaster.rl.rank.config import F32, Layers
+from loadmaster.scheduling import PluginSpec, Profile, build_profile
+from loadmaster.sim import SimOptions
+
+Episode = tuple[NodeTable, Sequence[TraceJob], SimOptions]
+"""One workload to play: the machine, the jobs, the simulator's options."""
+
+
+class Episodes(Protocol):
+    """Where training episodes come from and the profile the policy plays them in (picklable:
+    rollouts run in worker processes)."""
+
+    @property
+    def commits(self) -> bool:
+        """Whether the profile keeps a head it picked until that head starts (``commit``)."""
+        ...
+
+    def episode(self, stream: int, index: int) -> Episode:
+        """The ``index``-th workload of the stream ``stream`` (deterministic)."""
+        ...
+
+    def profile(self, checkpoint: str, explore: float) -> Profile:
+        """The profile whose first order plugin is ``learned`` with these settings."""
+        ...
+
+
+class Played(Protocol):
+    """One played episode as the update needs it: its score, what each job accrued, the decisions."""
+
+    @property
+    def bsld(self) -> float:
+        """The episode's mean bounded slowdown."""
+        ...
+
+    @property
+    def submit(self) -> npt.NDArray[np.float64]:
+        """Per job: when it arrived."""
+        ...
+
+    @property
+    def end(self) -> npt.NDArray[np.float64]:
+        """Per job: when it ended."""
+        ...
+
+    @property
+    def rate(self) -> npt.NDArray[np.float64]:
+        """Per job: bounded slowdown accrued per unit of time in the system, 1 / max(run, bound)."""
+        ...
+
+    @property
+    def rows(self) -> list[F32]:
+        """Per decision: input rows in the sampled order."""
+        ...
+
+    @property
+    def positions(self) -> list[int]:
+        """Per decision: how many leading positions count."""
+        ...
+
+    @property
+    def times(self) -> list[float]:
+        """Per decision: when it was made."""
+        ...
+
+
+@runtime_checkable
+class ChoiceEpisodes(Protocol):
+    """Episodes that play themselves (picklable): a source outside the GPU simulator records each
+    decision as the rows it chose among, the chosen one first, and gives them to the trainer."""
+
+    @property
+    def width(self) -> int:
+        """Inputs per row."""
+        ...
+
+    @property
+    def warm_column(self) -> int:
+        """The input the warm start ranks by, smallest first (the shortest-job-first column)."""
+        ...
+
+    @property
+    def inputs_meta(self) -> dict[str, object]:
+        """What the checkpoint records about the inputs, so that a loader can refuse a mismatch."""
+        ...
+
+    def play(self, layers: Layers, stream: int, index: int, explore: float, noise: int) -> Played:
+        """Play episode ``index`` of ``stream`` with a score network of ``layers``; ``explore`` > 0
+        samples each choice (Gumbel noise of that scale, seeded by ``noise``) and records it."""
+        ...
+
+
+Source = Episodes | ChoiceEpisodes
+"""Anything the trainer plays: simulator episodes in a profile, or episodes that play themselves."""
+
+
+def to_go(played: Played, times: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Bounded slowdown the jobs of ``played`` accrue after each of ``times`` (summed over jobs, per job)."""
+    inside = np.maximum(played.end[None, :] - np.maximum(times[:, None], played.submit[None, :]), 0.0)
+    out: npt.NDArray[np.float64] = (inside * played.rate[None, :]).sum(1) / max(len(played.rate), 1)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LabEpisodes:
+    """The built-in workload on the lab cluster, gang + bin packing + EASY backfill, as the
+    ``learned`` profile with backfilling serves."""
+
+    jobs: int = 512
+    loads: tuple[float, ...] = (0.9, 1.1)
+    commits: bool = False
+
+    def episode(self, stream: int, index: int) -> Episode:
+        rng = np.random.default_rng([stream, index])
+        cluster = _lab_cluster()
+        load = self.loads[index % len(self.loads)]
+        sample = load_workload("lab", cluster, jobs=self.jobs, load=load, seed=int(rng.integers(2**31 - 1)))
+        return cluster.nodes, sample.jobs, SimOptions(seed=int(rng.integers(2**31 - 1)))
+
+    def profile(self, checkpoint: str, explore: float) -> Profile:
+        plugins = [
+            PluginSpec("learned", {"checkpoint": checkpoint, "strict": True, "explore": explore}),
+            PluginSpec("gang", {}),
+            PluginSpec("binpack", {}),
+            PluginSpec("backfill", {"mode": "easy"}),
+        ]
+        return build_profile("learned-lab", ["allocate", "backfill"], plugins, source="rl.rank")
+
+
+@cache
+def _lab_cluster() -> Cluster:
+    return load_cluster("lab")
