@@ -111,6 +111,30 @@ class ReclaimDecision:
     idle_gpu_hours: float
 
 
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One reclaim action: who (actor) did what (action) to which job (and its owner), when, why.
+
+    The ledger is where the policy's decisions and operators' actions meet: the dashboard lists it, an
+    operator's ``approve``, ``exempt`` or ``undo`` is an entry (``ref``: the entry it acts on), and the
+    scheduler reads those entries back to carry them out."""
+
+    at_s: float
+    job: str
+    owner: str
+    namespace: str | None
+    action: str
+    """``notify``, ``evict``, ``mark`` (each maybe ``(dry run)``), ``exempt``, ``approve``, ``undo``..."""
+    reason: str
+    actor: str
+    """``scheduler`` or ``reclaim policy`` for the policy's own actions, else the operator's name."""
+    gpus: int
+    idle_gpu_hours: float
+    id: int | None = None
+    ref: int | None = None
+    """The entry an operator's action refers to (the notice approved, the exemption undone)."""
+
+
 @dataclass
 class _Seen:
     idle_since_s: float
@@ -129,6 +153,8 @@ class ReclaimTracker:
         self._seen: dict[str, _Seen] = {}
         self.exempted: set[str] = set()
         """Jobs an operator exempted (until they end)."""
+        self.approved: set[str] = set()
+        """Jobs whose pending action an operator approved: carried out, for real, at the next look."""
 
     def policy_for(self, pool: str | None) -> ReclaimPolicy | None:
         """The pool's policy, else the catch-all one, else None."""
@@ -143,6 +169,7 @@ class ReclaimTracker:
             policy = self.policy_for(job.pool)
             if policy is None or job.idle_since_s is None or job.job in self.exempted or policy.exempts(job):
                 self._seen.pop(job.job, None)  # busy again (or exempt): the clock starts over
+                self.approved.discard(job.job)
                 continue
             seen = self._seen.get(job.job)
             if seen is None or seen.idle_since_s != job.idle_since_s:
@@ -153,6 +180,7 @@ class ReclaimTracker:
         for gone in set(self._seen) - listed:
             del self._seen[gone]
         self.exempted &= listed
+        self.approved &= listed
         return out
 
     def _next(
@@ -171,6 +199,14 @@ class ReclaimTracker:
             return ReclaimDecision(
                 job.job, job.owner, Step.NOTIFY, now_s, policy.action, policy.dry_run, reason, hours
             )
+        if seen.notified_s is not None and not seen.acted and job.job in self.approved:
+            seen.acted = True
+            self.approved.discard(job.job)
+            reason = (
+                f"approved by an operator {(now_s - seen.notified_s) / 60:.0f} min after notice "
+                f"(idle {idle_s / 60:.0f} min, {hours:.1f} GPU-hours)"
+            )
+            return ReclaimDecision(job.job, job.owner, Step.ACT, now_s, policy.action, False, reason, hours)
         if seen.notified_s is not None and not seen.acted and now_s - seen.notified_s >= policy.grace_s:
             seen.acted = True
             reason = (
@@ -185,7 +221,17 @@ class ReclaimTracker:
     def exempt(self, job: str) -> None:
         """An operator exempts a job from reclaim (until it ends)."""
         self.exempted.add(job)
+        self.approved.discard(job)
         self._seen.pop(job, None)
+
+    def approve(self, job: str) -> bool:
+        """An operator approves the job's pending action: it is carried out at the next :meth:`observe`,
+        for real even under a dry-run policy (the operator decided). False when nothing is pending."""
+        seen = self._seen.get(job)
+        if seen is None or seen.notified_s is None or seen.acted:
+            return False
+        self.approved.add(job)
+        return True
 
     def notified(self, job: str) -> float | None:
         """When the job's owner was told (None: not told, or busy since)."""
