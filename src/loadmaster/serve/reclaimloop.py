@@ -171,7 +171,12 @@ def operator_entry(entry: LedgerEntry, what: str, who: str, now_s: float) -> Led
 
 def loop_from_config(config: ReclaimConfig, state: StateStore) -> ReclaimLoop:
     """The loop serve.yaml's ``reclaim`` section describes, recording into ``state``."""
-    policies = [
+    return ReclaimLoop(policies_from_config(config), state, interval_s=config.interval_s)
+
+
+def policies_from_config(config: ReclaimConfig) -> list[ReclaimPolicy]:
+    """The policies of serve.yaml's ``reclaim`` section (``serve --demo`` and ``kube run --reclaim``)."""
+    return [
         ReclaimPolicy(
             pool=p.pool,
             idle_after_s=p.idle_after_s,
@@ -184,4 +189,3 @@ def loop_from_config(config: ReclaimConfig, state: StateStore) -> ReclaimLoop:
         )
         for p in config.policies
     ]
-    return ReclaimLoop(policies, state, interval_s=config.interval_s)
