@@ -131,3 +131,16 @@ def test_with_a_loop_an_approved_notice_is_acted_on_for_real_at_the_next_look(de
     acted = [d for d in loop.step(demo) if d.job == notice.job]
     assert [(d.step.value, d.dry_run) for d in acted] == [("act", False)]
     assert "approved by an operator" in acted[0].reason
+
+
+def test_owners_see_the_ledger_of_their_own_jobs_only(demo: Demo) -> None:
+    store = StateStore()
+    mine, other = _user(demo), "someone-else"
+    job = next(iter(demo.sim.cluster.running))
+    store.record(LedgerEntry(demo.now_s, job, mine, "team-a", "notify", "idle", "scheduler", 1, 0.5))
+    store.record(LedgerEntry(demo.now_s, "x", other, "team-b", "notify", "idle", "scheduler", 1, 0.5))
+    with TestClient(create_app(demo, run_stepper=False, state=store)) as c:
+        entries = c.get("/api/me/reclaim", headers=_auth(demo, mine)).json()["entries"]
+        assert c.get("/api/me/reclaim").status_code == 401
+    assert [(e["job"], e["owner"]) for e in entries] == [(job, mine)]
+    assert [e.owner for e in store.ledger(owners=(mine,), namespaces=("team-b",))] == [other, mine]

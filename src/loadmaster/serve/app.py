@@ -380,6 +380,16 @@ def queue(who: Who, demo: Board) -> Response:
         return _body(views.queue_view(demo, who))
 
 
+@users.get("/api/me/reclaim")
+def my_reclaim(who: Who, store: Store, limit: int = 50) -> dict[str, Any]:
+    """The reclaim ledger of the caller's jobs (and of the namespaces granted to them), newest first:
+    how an owner learns that a job was found idle, what will happen and when."""
+    rows = store.ledger(
+        limit=max(1, min(limit, 500)), owners=(who.name,), namespaces=tuple(sorted(who.namespaces))
+    )
+    return {"entries": [dataclasses.asdict(e) for e in rows]}
+
+
 @users.get("/api/me/layout")
 def get_layout(who: Who, store: Store) -> dict[str, Any]:
     """The caller's saved layout, kept on the server so it follows them to any browser and survives a

@@ -137,13 +137,26 @@ class StateStore:
             )
         return LedgerEntry(**{**row, "id": cursor.lastrowid})
 
-    def ledger(self, limit: int = 1000, job: str | None = None) -> list[LedgerEntry]:
-        """The newest ``limit`` entries (of one job when given), newest first."""
+    def ledger(
+        self, limit: int = 1000, job: str | None = None, owners: tuple[str, ...] | None = None,
+        namespaces: tuple[str, ...] = (),
+    ) -> list[LedgerEntry]:  # fmt: skip
+        """The newest ``limit`` entries (of one job when given; of jobs these users own or in these
+        namespaces when ``owners`` is given), newest first."""
         query = _SELECT
+        where: list[str] = []
         args: tuple[Any, ...] = ()
         if job is not None:
-            query += " WHERE job = ?"
+            where.append("job = ?")
             args = (job,)
+        if owners is not None:
+            clause = f"owner IN ({', '.join('?' * len(owners))})"
+            if namespaces:
+                clause = f"({clause} OR namespace IN ({', '.join('?' * len(namespaces))}))"
+            where.append(clause)
+            args = (*args, *owners, *namespaces)
+        if where:
+            query += " WHERE " + " AND ".join(where)
         with self._lock:
             rows = self._db.execute(query + " ORDER BY at_s DESC, id DESC LIMIT ?", (*args, limit)).fetchall()
         return [LedgerEntry(*row) for row in rows]
