@@ -7,6 +7,7 @@ out by the scheduler."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,8 @@ def test_idle_pod_is_told_then_evicted_after_grace_busy_and_exempt_ones_left_alo
     assert [(d.job, d.step.value) for d in told] == [("team-a/idle", "notify")]
     wait_synced(cluster, api.rv)
     notice = annotations(api, "team-a/idle")[NOTICE_ANNOTATION]
-    assert "every GPU idle for 10 min" in notice and "evict at" in notice
+    assert re.match(r"every GPU idle for 1[01] min \(policy: 10 min\); evict in 20 min", notice), notice
+    assert "evict at" in notice
     assert events(api, "IdleGPUs") == ["team-a/idle"]
     for key in ("team-a/busy", "ops/notebook", "team-a/pinned"):
         assert NOTICE_ANNOTATION not in annotations(api, key), key

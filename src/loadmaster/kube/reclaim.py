@@ -33,6 +33,7 @@ scheduler notices again, so it never acts earlier than the policy says).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -367,7 +368,8 @@ class PrometheusIdle:
         if not ids:
             return {}
         util = telemetry_field("GPU_UTIL")
-        rows = self.store.range(util, ids, now_s - self.lookback_s, now_s, self.step_s)
+        start = math.floor((now_s - self.lookback_s) / self.step_s) * self.step_s  # a grid that stays put
+        rows = self.store.range(util, ids, start, now_s, self.step_s)
         row_of = {s: k for k, s in enumerate(rows.series)}
         since_gpu = {s: self._since(rows.peak[row_of[s]], rows.times_s) for s in ids if s in row_of}
         out: dict[str, float | None] = {}

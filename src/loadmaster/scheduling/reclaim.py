@@ -138,6 +138,8 @@ class LedgerEntry:
 @dataclass
 class _Seen:
     idle_since_s: float
+    looked_s: float = -float("inf")
+    """When the loop last saw the job idle: a stretch that began after it is a new one."""
     notified_s: float | None = None
     acted: bool = False
 
@@ -172,8 +174,11 @@ class ReclaimTracker:
                 self.approved.discard(job.job)
                 continue
             seen = self._seen.get(job.job)
-            if seen is None or seen.idle_since_s != job.idle_since_s:
+            # The same stretch unless it began after the last look (the job worked in between): telemetry
+            # read over a moving window puts the start of one stretch a little differently each look.
+            if seen is None or job.idle_since_s > seen.looked_s:
                 seen = self._seen[job.job] = _Seen(job.idle_since_s)
+            seen.looked_s = now_s
             decision = self._next(now_s, job, seen, policy)
             if decision is not None:
                 out.append(decision)
@@ -193,8 +198,8 @@ class ReclaimTracker:
             seen.notified_s = now_s
             session = "interactive session, " if job.first else ""
             reason = (
-                f"every GPU idle for {idle_s / 60:.0f} min ({session}policy: {idle_after_s / 60:.0f} min); "
-                f"{policy.action.value} in {policy.grace_s / 60:.0f} min unless the GPUs are used"
+                f"every GPU idle for {_dur(idle_s)} ({session}policy: {_dur(idle_after_s)}); "
+                f"{policy.action.value} in {_dur(policy.grace_s)} unless the GPUs are used"
             )
             return ReclaimDecision(
                 job.job, job.owner, Step.NOTIFY, now_s, policy.action, policy.dry_run, reason, hours
@@ -203,15 +208,15 @@ class ReclaimTracker:
             seen.acted = True
             self.approved.discard(job.job)
             reason = (
-                f"approved by an operator {(now_s - seen.notified_s) / 60:.0f} min after notice "
-                f"(idle {idle_s / 60:.0f} min, {hours:.1f} GPU-hours)"
+                f"approved by an operator {_dur(now_s - seen.notified_s)} after notice "
+                f"(idle {_dur(idle_s)}, {hours:.1f} GPU-hours)"
             )
             return ReclaimDecision(job.job, job.owner, Step.ACT, now_s, policy.action, False, reason, hours)
         if seen.notified_s is not None and not seen.acted and now_s - seen.notified_s >= policy.grace_s:
             seen.acted = True
             reason = (
-                f"still idle {(now_s - seen.notified_s) / 60:.0f} min after notice "
-                f"(idle {idle_s / 60:.0f} min, {hours:.1f} GPU-hours)"
+                f"still idle {_dur(now_s - seen.notified_s)} after notice "
+                f"(idle {_dur(idle_s)}, {hours:.1f} GPU-hours)"
             )
             return ReclaimDecision(
                 job.job, job.owner, Step.ACT, now_s, policy.action, policy.dry_run, reason, hours
@@ -237,3 +242,8 @@ class ReclaimTracker:
         """When the job's owner was told (None: not told, or busy since)."""
         seen = self._seen.get(job)
         return seen.notified_s if seen is not None else None
+
+
+def _dur(seconds: float) -> str:
+    """A duration as a reason says it: seconds under a minute (short test policies), else minutes."""
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.0f} min"
