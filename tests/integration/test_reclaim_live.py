@@ -2,8 +2,9 @@
 the Kubernetes API double, idleness read from a real Prometheus scraping ``loadmaster agent
 --fake-gpus`` whose GPUs a fake kubelet pod-resources server maps to the scheduled pods. The idle pod
 is told, then evicted after its grace; the busy pod and the pod in an exempt namespace are left alone;
-the ledger in the state file says so. Wall-clock times (Prometheus keeps real time): idle after 4 s,
-grace 4 s."""
+the ledger in the state file says so, and ``serve --config`` over the same state file shows it in
+Chromium: the operator's ledger table and the owner's notices. Wall-clock times (Prometheus keeps real
+time): idle after 4 s, grace 4 s."""
 
 from __future__ import annotations
 
@@ -29,12 +30,15 @@ from loadmaster.kube.api import api_client
 from loadmaster.kube.cluster import KubeCluster
 from loadmaster.kube.reclaim import NOTICE_ANNOTATION
 from loadmaster.scheduling import Scheduler
+from loadmaster.serve.identity import hash_token
 from loadmaster.telemetry.podresources.fake import FakePodResources, gpu_pod
 from loadmaster_testing.kube_api import KubeApiDouble
 
 CLI = [sys.executable, "-c", "from loadmaster.cli import main; main()"]
 PODS = ("team-a/idle", "team-a/busy", "ops/notebook")
 IDLE = ("team-a/idle", "ops/notebook")
+TOKEN = "operator-token-0123456789abcdef"
+OWNER_TOKEN = "team-a-token-0123456789abcdef"
 
 
 def free_port() -> int:
@@ -83,6 +87,56 @@ def schedule(api: KubeApiDouble) -> dict[str, int]:
     }
 
 
+def start_serve(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``serve --config`` over the same serve.yaml (live mode): its ledger is the scheduler's state file."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with (folder / "serve.log").open("ab") as log:
+        process = subprocess.Popen(
+            [*CLI, "serve", "--config", str(folder / "serve.yaml"), "--port", str(port)],
+            stdout=subprocess.DEVNULL, stderr=log,
+        )  # fmt: skip
+
+    def up() -> bool:
+        try:
+            return bool(httpx.get(f"{url}/api/health").json()["ok"])
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    wait_until(up, "serve to answer")
+    return process, url
+
+
+def the_dashboard(url: str) -> dict[str, list[tuple[str, str]]]:
+    """(job, action) of the ledger rows Chromium shows the operator (Operator tab) and the owner (My jobs)."""
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("Chromium is missing; CI installs it (.ci/run)")
+        pytest.skip("Chromium is not installed")
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only this test drives a browser
+
+    rows = "[data-testid=ledger-row]"
+    shown: dict[str, list[tuple[str, str]]] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        for who, token, tab, box in (("operator", TOKEN, "operator", "#ledger"),
+                                     ("owner", OWNER_TOKEN, "me", "#my-reclaim")):  # fmt: skip
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.goto(f"{url}/#token={token}")
+            page.wait_for_selector("body[data-ready=true]", timeout=30_000)
+            page.click(f"#tabs button[data-view={tab}]")
+            page.wait_for_selector(f"{box} {rows}", timeout=30_000)
+            found = page.locator(f"{box} {rows}")
+            shown[who] = [
+                (str(found.nth(i).get_attribute("data-job")), str(found.nth(i).get_attribute("data-action")))
+                for i in range(found.count())
+            ]
+            page.close()
+        browser.close()
+    return shown
+
+
 def test_kube_run_evicts_the_idle_pod_after_its_grace_and_leaves_the_others(tmp_path: Path) -> None:
     binary = prometheus_binary()
     api = KubeApiDouble()
@@ -122,7 +176,14 @@ def test_kube_run_evicts_the_idle_pod_after_its_grace_and_leaves_the_others(tmp_
             return bool(result) and float(result[0]["value"][1]) == len(PODS)
 
         wait_until(labelled, "Prometheus to hold the three GPUs labelled with their pods")
+        kubeconfig = kubeconfig_for(api, tmp_path / "kubeconfig")
+        (tmp_path / "tokens.yaml").write_text(yaml.safe_dump({"tokens": [
+            {"name": "olga", "sha256": hash_token(TOKEN)},
+            {"name": "team-a", "sha256": hash_token(OWNER_TOKEN)},
+        ]}))  # fmt: skip
         (tmp_path / "serve.yaml").write_text(yaml.safe_dump({
+            "auth": {"tokens_file": "tokens.yaml", "operators": {"users": ["olga"]}},
+            "cluster": {"kubeconfig": "kubeconfig", "name": "double"},
             "state": {"path": "state.sqlite"},
             "prometheus": {"url": prometheus, "step_s": 1, "history_s": 300},
             "reclaim": {"interval_s": 1, "policies": [
@@ -130,7 +191,6 @@ def test_kube_run_evicts_the_idle_pod_after_its_grace_and_leaves_the_others(tmp_
                  "exempt_namespaces": ["ops"]},
             ]},
         }))  # fmt: skip
-        kubeconfig = kubeconfig_for(api, tmp_path / "kubeconfig")
         with (tmp_path / "kube-run.log").open("wb") as log:
             processes.append(subprocess.Popen(
                 [*CLI, "kube", "run", "--kubeconfig", str(kubeconfig), "--profile", "fifo",
@@ -161,6 +221,11 @@ def test_kube_run_evicts_the_idle_pod_after_its_grace_and_leaves_the_others(tmp_
         assert rows == [("team-a/idle", "notify", "scheduler"), ("team-a/idle", "evict", "scheduler")]
         reasons = [e["reason"] for e in api.objects("events") if e["involvedObject"]["name"] == "idle"]
         assert reasons == ["IdleGPUs", "Reclaimed"]
+        serve, url = start_serve(tmp_path)
+        processes.append(serve)
+        shown = the_dashboard(url)
+        assert shown["operator"] == [("team-a/idle", "evict"), ("team-a/idle", "notify")]
+        assert shown["owner"] == shown["operator"]  # team-a's own job: the owner sees both
     finally:
         for process in processes:
             process.terminate()

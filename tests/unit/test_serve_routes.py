@@ -5,6 +5,7 @@ scheme and needs a token too; operators approve, exempt and undo ledger entries.
 from __future__ import annotations
 
 import re
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from fastapi.routing import APIRoute
 
+from loadmaster.errors import TelemetryError
 from loadmaster.scheduling.reclaim import ReclaimPolicy
 from loadmaster.serve import DemoOptions, build_demo, create_app
 from loadmaster.serve.app import operators, public, users
@@ -144,3 +146,22 @@ def test_owners_see_the_ledger_of_their_own_jobs_only(demo: Demo) -> None:
         assert c.get("/api/me/reclaim").status_code == 401
     assert [(e["job"], e["owner"]) for e in entries] == [(job, mine)]
     assert [e.owner for e in store.ledger(owners=(mine,), namespaces=("team-b",))] == [other, mine]
+
+
+def test_a_failed_refresh_is_logged_and_the_stepper_goes_on(
+    demo: Demo, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    ticks: list[float] = []
+
+    def tick(wall_s: float) -> None:
+        ticks.append(wall_s)
+        if len(ticks) == 1:
+            raise TelemetryError("Prometheus at http://prometheus:9090: connection refused")
+
+    monkeypatch.setattr(demo, "tick", tick)
+    with TestClient(create_app(demo, step_interval_s=0.02)):
+        deadline = time.monotonic() + 10
+        while len(ticks) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert len(ticks) >= 3
+    assert "refreshing the dashboard failed" in caplog.text and "connection refused" in caplog.text

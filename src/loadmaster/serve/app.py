@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -42,6 +43,8 @@ from loadmaster.serve.dashboard import Dashboard
 from loadmaster.serve.reclaimloop import ReclaimLoop, check_operator_action, operator_entry
 from loadmaster.serve.state import StateStore
 from loadmaster.telemetry.exposition import CONTENT_TYPE, latest_values, render
+
+LOG = logging.getLogger("loadmaster.serve")
 
 STATIC = Path(str(resources.files("loadmaster.serve") / "static"))
 
@@ -245,7 +248,10 @@ async def _stepper(
     while True:
         await asyncio.sleep(interval_s)
         now = time.monotonic()
-        await asyncio.to_thread(step, now - last)
+        try:
+            await asyncio.to_thread(step, now - last)
+        except Exception:  # one failed refresh (Prometheus or the API away) must not end the stepper
+            LOG.exception("refreshing the dashboard failed; trying again in %.1f s", interval_s)
         last = now
 
 
