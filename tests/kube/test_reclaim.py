@@ -275,3 +275,30 @@ def test_the_owner_sees_the_notice_in_status_and_jobs(
     assert json.loads(invoke("status", JOB, "--json"))["reclaim"].startswith(
         "notice: (dry run) every GPU idle"
     )
+
+
+def test_an_eviction_a_disruption_budget_refuses_is_recorded_with_the_reason(
+    api: KubeApiDouble, clock: Clock, setup: tuple[KubeCluster, Telemetry]
+) -> None:
+    cluster, telemetry = setup
+    api.create("poddisruptionbudgets", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep", "namespace": "team-a"},
+        "spec": {"selector": {"matchLabels": {"loadmaster.io/user": "ann"}}, "minAvailable": 3},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 3, "desiredHealthy": 3, "expectedPods": 3,
+                   "observedGeneration": 1},
+    })  # fmt: skip
+    ledger = StateStore()
+    reclaimer = KubeReclaimer(
+        cluster, ReclaimTracker([POLICY]), PrometheusIdle(telemetry.store), ledger, 60.0
+    )
+    advance(api, cluster, clock, telemetry, 630)
+    reclaimer.step()
+    advance(api, cluster, clock, telemetry, 1230)
+    assert [d.step.value for d in reclaimer.step()] == ["act"]
+    pod = api.get("pods", "team-a/idle")
+    assert pod is not None and not pod["metadata"].get("deletionTimestamp")  # the budget holds it
+    entry = ledger.ledger()[0]
+    assert entry.action == "evict (refused)"
+    assert "0 of 1 pods evicted; refused: team-a/idle: 429" in entry.reason
+    assert cluster.stats.counts["eviction_failures"] == 1

@@ -16,7 +16,8 @@ Each look (every ``interval_s`` of the scheduler's clock, leader only), :class:`
      ``loadmaster status`` and ``jobs`` show the owner) on each pod and a ``Warning`` Event
      ``IdleGPUs`` (``kubectl describe pod`` and ``kubectl get events`` show it);
    * **act** after the grace: ``evict`` through the Eviction API (``policy/v1``: a
-     PodDisruptionBudget is honoured, its 429 is recorded, not retried), or ``mark`` (annotation
+     PodDisruptionBudget is honoured: its 429 is recorded, ``evict (refused)`` when no pod went, and
+     not retried), or ``mark`` (annotation
      :data:`MARK_ANNOTATION`); a dry run (the default) changes the notice to say what would have
      been done and touches nothing else; an Event ``Reclaimed``, ``ReclaimMarked`` or
      ``ReclaimDryRun`` says which;
@@ -245,7 +246,7 @@ class KubeReclaimer:
             reason = f"{d.reason}; {done} of {len(job.pods)} pods evicted" + (
                 f"; refused: {'; '.join(refused)}" if refused else ""
             )
-            self._record(d, "evict", reason, now)
+            self._record(d, "evict" if done else "evict (refused)", reason, now)
         log.info("reclaim %s%s of %s: %s", d.action.value, dry, d.job, d.reason, extra={"job": d.job})
 
     def _lift(self, job_id: str, reason: str) -> None:
