@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
 from loadmaster.kube.queues import plugin_args_from, profile_with
+from loadmaster.kube.reclaim import KubeReclaimer
 from loadmaster.scheduling import Scheduler
+from loadmaster.scheduling.reclaim import ReclaimPolicy, ReclaimTracker
 from loadmaster_testing.kube_api import SCHEMA_VERSION, KubeApiDouble
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -170,7 +173,27 @@ def a_rollback_and_a_preemption(api: KubeApiDouble) -> None:
     api.create("pods", high)
     wait_synced(cluster, api.rv)
     assert cluster.step().evicted == ["team-b/low"]
+    a_reclaim_notice(api, cluster)
     cluster.stop()
+
+
+def a_reclaim_notice(api: KubeApiDouble, cluster: KubeCluster) -> None:
+    """kube run --reclaim: an idle pod gets its notice (a pod patch and an Event)."""
+    api.create("nodes", a_node("p1"))
+    api.create("pods", a_pod("idle", 1, namespace="team-b"))
+    target = {"apiVersion": "v1", "kind": "Node", "name": "p1"}  # bound directly: not a call of the code
+    meta = {"name": "idle", "namespace": "team-b"}
+    api.bind("team-b", "idle", {"apiVersion": "v1", "kind": "Binding", "metadata": meta, "target": target})
+    wait_synced(cluster, api.rv)
+    assert cluster.lead()
+    tracker = ReclaimTracker([ReclaimPolicy(idle_after_s=60)])
+    reclaimer = KubeReclaimer(cluster, tracker, Idle(), None, interval_s=0)
+    assert [d.job for d in reclaimer.step()] == ["team-b/idle"]
+
+
+class Idle:
+    def idle_since(self, pods: Mapping[str, Sequence[str]], now_s: float) -> dict[str, float | None]:
+        return {job: now_s - 3600 for job in pods if job == "team-b/idle"}
 
 
 def test_the_cluster_role_allows_exactly_the_calls_the_code_makes(api: KubeApiDouble, tmp_path: Path) -> None:

@@ -101,3 +101,17 @@ def test_an_interactive_session_is_told_first_then_reclaimed_after_the_same_grac
     # a pool whose ordinary threshold is already shorter does not wait longer for a session
     quick = ReclaimPolicy(pool="interactive", idle_after_s=300, grace_s=0)
     assert quick.idle_after_for(job(first=True)) == 300
+
+
+def test_an_idle_start_read_a_little_differently_each_look_is_the_same_stretch() -> None:
+    """Telemetry read over a moving window puts a stretch's start a little differently at each look
+    (found against a real Prometheus: the notice was repeated every look and the action never came);
+    a start after the previous look means the job worked in between: a new stretch."""
+    tracker = ReclaimTracker([POLICY])
+    looks = [(1800, 0.0), (2100, 12.0), (2400, 7.0)]
+    assert [steps(tracker, [t], [job(idle_since=s)]) for t, s in looks] == [
+        [(1800, "nb", "notify")], [], [(2400, "nb", "act")],
+    ]  # fmt: skip
+    tracker = ReclaimTracker([POLICY])
+    assert steps(tracker, [1800], [job(idle_since=0.0)]) == [(1800, "nb", "notify")]
+    assert steps(tracker, [2400, 3700], [job(idle_since=1900.0)]) == [(3700, "nb", "notify")]

@@ -312,6 +312,8 @@ def jobs(as_json: AsJson = False, kubeconfig: Kubeconfig = None) -> None:
     table = Table(title=f"Jobs of {who.user} in {who.home}")
     for column in ("job", "state", "queue", "tasks", "GPUs", "submitted", "started"):
         table.add_column(column)
+    if any(v.reclaim for v in mine):
+        table.add_column("reclaim (idle GPUs)")
     for view in mine:
         table.add_row(
             view.name,
@@ -321,6 +323,7 @@ def jobs(as_json: AsJson = False, kubeconfig: Kubeconfig = None) -> None:
             str(view.gpus),
             _when(view.submitted_s),
             _when(view.started_s),
+            *([view.reclaim] if any(v.reclaim for v in mine) else []),
         )
     console.print(table)
 
@@ -355,6 +358,8 @@ def status(
         )
         unknown = "" if view.estimated_start_s else " (no reservation holds GPUs for it yet)"
         console.print(f"  estimated start: {_when(view.estimated_start_s)}{unknown}")
+    if view.reclaim:
+        console.print(f"  reclaim: {view.reclaim}", markup=False)
     if view.cuda:
         console.print(f"  CUDA {view.cuda}: nodes must run a compatible driver (docs/cuda.md)")
     for task in view.task_views:

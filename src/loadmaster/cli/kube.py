@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from loadmaster.kube.api import LeaderElector
     from loadmaster.kube.cluster import KubeCluster, StepReport
+    from loadmaster.kube.reclaim import KubeReclaimer
     from loadmaster.scheduling import Profile, Scheduler
 
 # The kube commands import the kubernetes client, the scheduler and the config loaders only when they
@@ -125,12 +126,20 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     http_address: Annotated[str, typer.Option(help="Address the health and metrics port binds")] = "0.0.0.0",
     log_format: Annotated[LogFormat, typer.Option(help="Log lines as plain text or JSON")] = LogFormat.plain,
     log_level: Annotated[LogLevel, typer.Option(help="Least severe level logged")] = LogLevel.info,
+    reclaim: Annotated[
+        Path | None,
+        typer.Option(
+            help="serve.yaml whose reclaim policies, prometheus and state (the ledger) to act on: notify "
+            "the owners of idle jobs, then evict or mark them after the grace (dry run unless a policy says)"
+        ),
+    ] = None,
 ) -> None:
     """Watch pods naming loadmaster, nodes and PodGroups; bind, evict and explain every INTERVAL s.
 
     Logs every cycle that changed something (standard error), re-reads the
     queues ConfigMap every 10 s, serves health and Prometheus metrics on
-    HTTP_PORT, and stops cleanly on SIGTERM.
+    HTTP_PORT, and stops cleanly on SIGTERM. With --reclaim it also closes the
+    reclaim loop (docs/diagnostics.md).
     """
     from loadmaster.kube.cluster import KubeCluster  # noqa: PLC0415 - lazy: see the note above `app`
     from loadmaster.kube.metrics import SchedulerMetrics  # noqa: PLC0415
@@ -151,6 +160,7 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     cluster = KubeCluster(
         api, _scheduler(wanted, profiles, several), _identity(), lease=_lease(api, lease_namespace)
     )
+    reclaimer = _reclaimer(cluster, reclaim) if reclaim is not None else None
 
     def reload() -> None:
         changed = reloader.poll() if reloader is not None else None
@@ -175,6 +185,7 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
             health=health,
             stop=stop,
             before_step=reload,
+            reclaim=reclaimer,
         )
     finally:
         cluster.stop()
@@ -182,6 +193,26 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
             server.stop()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _reclaimer(cluster: KubeCluster, path: Path) -> KubeReclaimer:
+    """The reclaim loop of serve.yaml at ``path``: its policies, its Prometheus, its ledger (state.path)."""
+    from loadmaster.kube.reclaim import KubeReclaimer, PrometheusIdle  # noqa: PLC0415
+    from loadmaster.scheduling.reclaim import ReclaimTracker  # noqa: PLC0415
+    from loadmaster.serve.config import load_serve_config  # noqa: PLC0415
+    from loadmaster.serve.reclaimloop import policies_from_config  # noqa: PLC0415
+    from loadmaster.serve.state import StateStore  # noqa: PLC0415
+    from loadmaster.telemetry.prometheus import PrometheusStore  # noqa: PLC0415
+
+    settings = load_serve_config(path)
+    if settings.reclaim is None or settings.prometheus is None:
+        missing = "reclaim" if settings.reclaim is None else "prometheus"
+        raise ConfigError(str(path), missing, "--reclaim needs the reclaim and prometheus sections")
+    prometheus = settings.prometheus
+    store = PrometheusStore(prometheus.url, lookback_s=prometheus.history_s)
+    idle = PrometheusIdle(store, step_s=prometheus.step_s, lookback_s=prometheus.history_s)
+    tracker = ReclaimTracker(policies_from_config(settings.reclaim))
+    return KubeReclaimer(cluster, tracker, idle, StateStore(settings.state.path), settings.reclaim.interval_s)
 
 
 def _stop_on_sigterm(stop: threading.Event) -> signal.Handlers | Callable[..., object] | int | None:

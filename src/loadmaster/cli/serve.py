@@ -63,7 +63,11 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
                 "loadmaster serve", "--config", "serve a live cluster with --config serve.yaml (with auth, "
                 "cluster and prometheus sections), or the simulated one with --demo",
             )  # fmt: skip
-        app = _live_app(settings, auth, state, reclaim)
+        if reclaim is not None:  # the scheduler acts; serve records the operators' actions it reads back
+            console.print(
+                "Reclaim: carried out by `loadmaster kube run --reclaim` on this serve.yaml's ledger"
+            )
+        app = _live_app(settings, auth, state, None)
         uvicorn.run(app, host=host, port=port, log_level="warning")
         return
     started = time.perf_counter()

@@ -69,6 +69,8 @@ class JobView:
     task_views: list[TaskView] = field(default_factory=list)
     position: int | None = None
     """1-based place in its queue among waiting jobs (None when not waiting)."""
+    reclaim: str = ""
+    """The scheduler's reclaim notice or mark on the job's pods (idle GPUs: what happens when), if any."""
 
     @property
     def gpus(self) -> int:
@@ -240,7 +242,18 @@ def _view(key: str, pods: Sequence[dict[str, Any]], group: dict[str, Any]) -> Jo
         interactive=labels.get(INTERACTIVE_LABEL) == "true",
         cuda=cuda,
         task_views=sorted(views, key=lambda t: (t.rank, t.pod)),
+        reclaim=_reclaim(active),
     )
+
+
+def _reclaim(pods: Sequence[dict[str, Any]]) -> str:
+    """The reclaim mark, else the notice, the scheduler wrote on the job's pods."""
+    for key, label in ((tr.RECLAIM_MARK_ANNOTATION, "marked"), (tr.RECLAIM_NOTICE_ANNOTATION, "notice")):
+        for pod in pods:
+            text = (pod["metadata"].get("annotations") or {}).get(key)
+            if text:
+                return f"{label}: {text}"
+    return ""
 
 
 def _task(pod: dict[str, Any]) -> TaskView:

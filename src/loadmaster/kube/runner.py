@@ -13,11 +13,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from loadmaster.kube.cluster import KubeCluster, StepReport
 from loadmaster.kube.metrics import SchedulerMetrics
 from loadmaster.kube.serving import Health
 from loadmaster.kube.translate import KubeError
+
+if TYPE_CHECKING:
+    from loadmaster.kube.reclaim import KubeReclaimer
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +47,13 @@ def run_loop(
     stop: threading.Event | None = None,
     on_report: Callable[[int, StepReport], None] | None = None,
     before_step: Callable[[], None] | None = None,
+    reclaim: KubeReclaimer | None = None,
 ) -> int:
     """Step every ``interval_s`` until ``stop`` is set or ``max_steps`` steps ran (0: no limit); steps run.
 
-    ``before_step`` runs first in each iteration (the CLI re-reads the queues ConfigMap there).
+    ``before_step`` runs first in each iteration (the CLI re-reads the queues ConfigMap there);
+    ``reclaim`` looks for idle jobs after each step that led (it keeps its own, longer interval). A
+    failing reclaim look is logged and does not stop scheduling.
     """
     stop = stop if stop is not None else threading.Event()
     if metrics is not None:
@@ -63,12 +70,21 @@ def run_loop(
             log.exception("scheduling step failed; the next one starts over from the informers' cache")
         else:
             _observe(cluster, report, metrics, health)
+            if reclaim is not None and report.leader:
+                _reclaim(reclaim)
             if on_report is not None:
                 on_report(steps + 1, report)
         steps += 1
         if max_steps == 0 or steps < max_steps:
             stop.wait(interval_s)
     return steps
+
+
+def _reclaim(reclaim: KubeReclaimer) -> None:
+    try:
+        reclaim.step()
+    except Exception:
+        log.exception("reclaim look failed; scheduling goes on, the next look tries again")
 
 
 def _observe(

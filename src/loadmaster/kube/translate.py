@@ -77,6 +77,11 @@ CUDA_ANNOTATION = "loadmaster.io/cuda"
 CUDA_COMPAT_ANNOTATION = "loadmaster.io/cuda-compat"
 RECLAIM_ANNOTATION = "loadmaster.io/reclaim"
 """``first`` on interactive sessions: the idle-reclaim policy takes them before training jobs."""
+RECLAIM_NOTICE_ANNOTATION = "loadmaster.io/reclaim-notice"
+"""Written by the scheduler on each pod of a job found idle: why, and what happens when (removed when the
+job works again); ``loadmaster status`` and ``jobs`` show it to the owner."""
+RECLAIM_MARK_ANNOTATION = "loadmaster.io/reclaim-marked"
+"""Written by the scheduler on each pod of a job a ``mark`` reclaim policy acted on: why."""
 POD_GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
 DEFAULT_TIME_LIMIT_S = 86_400.0
 """Run time assumed for a pod without ``activeDeadlineSeconds``: one day, a common lab limit."""

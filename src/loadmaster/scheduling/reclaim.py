@@ -111,9 +111,35 @@ class ReclaimDecision:
     idle_gpu_hours: float
 
 
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One reclaim action: who (actor) did what (action) to which job (and its owner), when, why.
+
+    The ledger is where the policy's decisions and operators' actions meet: the dashboard lists it, an
+    operator's ``approve``, ``exempt`` or ``undo`` is an entry (``ref``: the entry it acts on), and the
+    scheduler reads those entries back to carry them out."""
+
+    at_s: float
+    job: str
+    owner: str
+    namespace: str | None
+    action: str
+    """``notify``, ``evict``, ``mark`` (each maybe ``(dry run)``), ``exempt``, ``approve``, ``undo``..."""
+    reason: str
+    actor: str
+    """``scheduler`` or ``reclaim policy`` for the policy's own actions, else the operator's name."""
+    gpus: int
+    idle_gpu_hours: float
+    id: int | None = None
+    ref: int | None = None
+    """The entry an operator's action refers to (the notice approved, the exemption undone)."""
+
+
 @dataclass
 class _Seen:
     idle_since_s: float
+    looked_s: float = -float("inf")
+    """When the loop last saw the job idle: a stretch that began after it is a new one."""
     notified_s: float | None = None
     acted: bool = False
 
@@ -129,6 +155,8 @@ class ReclaimTracker:
         self._seen: dict[str, _Seen] = {}
         self.exempted: set[str] = set()
         """Jobs an operator exempted (until they end)."""
+        self.approved: set[str] = set()
+        """Jobs whose pending action an operator approved: carried out, for real, at the next look."""
 
     def policy_for(self, pool: str | None) -> ReclaimPolicy | None:
         """The pool's policy, else the catch-all one, else None."""
@@ -143,16 +171,21 @@ class ReclaimTracker:
             policy = self.policy_for(job.pool)
             if policy is None or job.idle_since_s is None or job.job in self.exempted or policy.exempts(job):
                 self._seen.pop(job.job, None)  # busy again (or exempt): the clock starts over
+                self.approved.discard(job.job)
                 continue
             seen = self._seen.get(job.job)
-            if seen is None or seen.idle_since_s != job.idle_since_s:
+            # The same stretch unless it began after the last look (the job worked in between): telemetry
+            # read over a moving window puts the start of one stretch a little differently each look.
+            if seen is None or job.idle_since_s > seen.looked_s:
                 seen = self._seen[job.job] = _Seen(job.idle_since_s)
+            seen.looked_s = now_s
             decision = self._next(now_s, job, seen, policy)
             if decision is not None:
                 out.append(decision)
         for gone in set(self._seen) - listed:
             del self._seen[gone]
         self.exempted &= listed
+        self.approved &= listed
         return out
 
     def _next(
@@ -165,17 +198,25 @@ class ReclaimTracker:
             seen.notified_s = now_s
             session = "interactive session, " if job.first else ""
             reason = (
-                f"every GPU idle for {idle_s / 60:.0f} min ({session}policy: {idle_after_s / 60:.0f} min); "
-                f"{policy.action.value} in {policy.grace_s / 60:.0f} min unless the GPUs are used"
+                f"every GPU idle for {_dur(idle_s)} ({session}policy: {_dur(idle_after_s)}); "
+                f"{policy.action.value} in {_dur(policy.grace_s)} unless the GPUs are used"
             )
             return ReclaimDecision(
                 job.job, job.owner, Step.NOTIFY, now_s, policy.action, policy.dry_run, reason, hours
             )
+        if seen.notified_s is not None and not seen.acted and job.job in self.approved:
+            seen.acted = True
+            self.approved.discard(job.job)
+            reason = (
+                f"approved by an operator {_dur(now_s - seen.notified_s)} after notice "
+                f"(idle {_dur(idle_s)}, {hours:.1f} GPU-hours)"
+            )
+            return ReclaimDecision(job.job, job.owner, Step.ACT, now_s, policy.action, False, reason, hours)
         if seen.notified_s is not None and not seen.acted and now_s - seen.notified_s >= policy.grace_s:
             seen.acted = True
             reason = (
-                f"still idle {(now_s - seen.notified_s) / 60:.0f} min after notice "
-                f"(idle {idle_s / 60:.0f} min, {hours:.1f} GPU-hours)"
+                f"still idle {_dur(now_s - seen.notified_s)} after notice "
+                f"(idle {_dur(idle_s)}, {hours:.1f} GPU-hours)"
             )
             return ReclaimDecision(
                 job.job, job.owner, Step.ACT, now_s, policy.action, policy.dry_run, reason, hours
@@ -185,9 +226,24 @@ class ReclaimTracker:
     def exempt(self, job: str) -> None:
         """An operator exempts a job from reclaim (until it ends)."""
         self.exempted.add(job)
+        self.approved.discard(job)
         self._seen.pop(job, None)
+
+    def approve(self, job: str) -> bool:
+        """An operator approves the job's pending action: it is carried out at the next :meth:`observe`,
+        for real even under a dry-run policy (the operator decided). False when nothing is pending."""
+        seen = self._seen.get(job)
+        if seen is None or seen.notified_s is None or seen.acted:
+            return False
+        self.approved.add(job)
+        return True
 
     def notified(self, job: str) -> float | None:
         """When the job's owner was told (None: not told, or busy since)."""
         seen = self._seen.get(job)
         return seen.notified_s if seen is not None else None
+
+
+def _dur(seconds: float) -> str:
+    """A duration as a reason says it: seconds under a minute (short test policies), else minutes."""
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.0f} min"

@@ -3,10 +3,18 @@
 ``create_app(demo)`` returns an app whose lifespan starts a background task
 that calls :meth:`Demo.tick` every ``step_interval_s`` wall seconds (off the
 event loop, under the demo's lock), so simulated time moves at the demo's
-speed while requests are served. Every ``/api`` route but ``/api/health``
-needs a bearer token; roles are checked in the route, on the server. ``/metrics``
-serves the demo's telemetry in dcgm-exporter's format to an operator token, so
-a Prometheus can scrape it (``authorization`` in its scrape config).
+speed while requests are served.
+
+Routes are grouped in routers by who may call them, and the check is the
+router's dependency, not a call in each route, so a route added to a router
+cannot forget it: :data:`public` (the page, plotly.js, ``/api/health``),
+:data:`users` (any signed-in caller: a bearer token or the sign-in proxy's
+headers, else 401) and :data:`operators` (the operator role, else 403).
+``/metrics`` serves the demo's telemetry in dcgm-exporter's format to an
+operator token, so a Prometheus can scrape it (``authorization`` in its scrape
+config). The OpenAPI document (``/openapi.json``) needs a token like the rest of
+the API and declares the bearer scheme; the interactive ``/docs`` page is off
+(it loads its script from a CDN, which a cluster's dashboard cannot assume).
 """
 
 import asyncio
@@ -14,6 +22,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -21,8 +30,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import APIRouter, Depends, FastAPI, Request, Security
 from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
@@ -30,9 +40,11 @@ from starlette.concurrency import run_in_threadpool
 from loadmaster.serve import views
 from loadmaster.serve.auth import Authenticator, AuthError, Principal, require_operator
 from loadmaster.serve.dashboard import Dashboard
-from loadmaster.serve.reclaimloop import ReclaimLoop
+from loadmaster.serve.reclaimloop import ReclaimLoop, check_operator_action, operator_entry
 from loadmaster.serve.state import StateStore
 from loadmaster.telemetry.exposition import CONTENT_TYPE, latest_values, render
+
+LOG = logging.getLogger("loadmaster.serve")
 
 STATIC = Path(str(resources.files("loadmaster.serve") / "static"))
 
@@ -44,15 +56,50 @@ def plotly_js() -> Path:
     return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
-async def _principal(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+BEARER = HTTPBearer(
+    auto_error=False,
+    description="A token from the tokens file (or the demo's printout); behind a sign-in proxy, its headers",
+)
+"""Declares the bearer scheme in the OpenAPI document; the check itself is :func:`_principal`'s."""
+
+
+async def _principal(
+    request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Security(BEARER)]
+) -> Principal:
     """The caller, from the sign-in proxy's headers or its bearer token (401 without either)."""
     auth: Authenticator = request.app.state.auth
     client = request.client.host if request.client is not None else None
-    return auth.authenticate(authorization, request.headers, client)
+    return auth.authenticate(request.headers.get("authorization"), request.headers, client)
 
 
 Who = Annotated[Principal, Depends(_principal)]
-"""A route parameter that is the authenticated caller."""
+"""A route parameter that is the authenticated caller (401 otherwise)."""
+
+
+async def _operator(who: Who) -> Principal:
+    """The caller, who must hold the operator role (403 otherwise)."""
+    require_operator(who)
+    return who
+
+
+Operator = Annotated[Principal, Depends(_operator)]
+"""A route parameter that is the authenticated operator (401 unauthenticated, 403 a user)."""
+
+
+def _board(request: Request) -> Dashboard:
+    board: Dashboard = request.app.state.demo
+    return board
+
+
+def _store(request: Request) -> StateStore:
+    store: StateStore = request.app.state.store
+    return store
+
+
+Board = Annotated[Dashboard, Depends(_board)]
+"""The cluster being shown (the demo's simulator or a live cluster)."""
+Store = Annotated[StateStore, Depends(_store)]
+"""Layouts, settings and the reclaim ledger."""
 
 
 class SpeedChange(BaseModel):
@@ -147,7 +194,8 @@ def create_app(
 
     ``auth`` says who a request is (default: the demo's generated tokens); ``state`` keeps layouts,
     settings and the reclaim ledger (default: in memory, lost on exit); ``reclaim`` runs the reclaim
-    policy after every step of the stepper and records its decisions in ``state``'s ledger.
+    policy after every step of the stepper and records its decisions in ``state``'s ledger (None: the
+    operators' actions are only recorded, for the scheduler to read back and carry out).
     """
 
     @contextlib.asynccontextmanager
@@ -162,58 +210,25 @@ def create_app(
                     await task
 
     cache = _SnapshotCache()
-    app = FastAPI(title="loadmaster", summary="GPU cluster dashboard API", lifespan=lifespan)
+    app = FastAPI(
+        title="loadmaster",
+        summary="GPU cluster dashboard API",
+        lifespan=lifespan,
+        openapi_url=None,  # served by `users` below, behind a token
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.demo = demo
+    app.state.cache = cache
     app.state.auth = auth if auth is not None else demo.tokens
     app.state.store = state if state is not None else StateStore(":memory:")
     app.state.reclaim = reclaim
     _errors(app)
-    _routes(app, demo, cache)
-    _state_routes(app, app.state.store)
-    if reclaim is not None:
-        _reclaim_routes(app, demo, reclaim)
+    app.include_router(public)
+    app.include_router(users)
+    app.include_router(operators)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
-
-
-def _state_routes(app: FastAPI, store: StateStore) -> None:
-    """Each user's saved layout and settings, kept on the server so they follow the user to any browser
-    and survive a restart; the reclaim ledger for operators."""
-
-    @app.get("/api/me/layout")
-    def get_layout(who: Who) -> dict[str, Any]:
-        return store.layout(who.name) or {}
-
-    @app.put("/api/me/layout")
-    def put_layout(who: Who, layout: Layout) -> Layout:
-        store.save_layout(who.name, layout.model_dump())
-        return layout
-
-    @app.get("/api/me/settings")
-    def get_settings(who: Who) -> dict[str, Any]:
-        return store.settings(who.name) or Settings().model_dump()
-
-    @app.put("/api/me/settings")
-    def put_settings(who: Who, settings: Settings) -> Settings:
-        store.save_settings(who.name, settings.model_dump())
-        return settings
-
-    @app.get("/api/operator/ledger")
-    def ledger(who: Who, job: str | None = None, limit: int = 200) -> dict[str, Any]:
-        """Reclaim actions, newest first: who (actor), what, to which job, when and why."""
-        require_operator(who)
-        rows = store.ledger(limit=max(1, min(limit, 5000)), job=job)
-        return {"entries": [dataclasses.asdict(e) for e in rows]}
-
-
-def _reclaim_routes(app: FastAPI, demo: Dashboard, reclaim: ReclaimLoop) -> None:
-    @app.post("/api/operator/reclaim/{job_id:path}/{what}")
-    def reclaim_action(who: Who, job_id: str, what: str) -> dict[str, Any]:
-        """An operator exempts a job from reclaim, approves its pending action, or undoes an exemption."""
-        require_operator(who)
-        with demo.lock:
-            entry = reclaim.operator(demo, job_id, what, who.name)
-        return dataclasses.asdict(entry)
 
 
 async def _stepper(
@@ -233,7 +248,10 @@ async def _stepper(
     while True:
         await asyncio.sleep(interval_s)
         now = time.monotonic()
-        await asyncio.to_thread(step, now - last)
+        try:
+            await asyncio.to_thread(step, now - last)
+        except Exception:  # one failed refresh (Prometheus or the API away) must not end the stepper
+            LOG.exception("refreshing the dashboard failed; trying again in %.1f s", interval_s)
         last = now
 
 
@@ -248,115 +266,228 @@ def _errors(app: FastAPI) -> None:
         return JSONResponse({"detail": str(exc)}, status_code=404)
 
 
-def _routes(app: FastAPI, demo: Dashboard, cache: _SnapshotCache) -> None:
+def _body(payload: Any) -> Response:
+    return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
 
-    def body(payload: Any) -> Response:
-        return Response(json.dumps(payload, separators=(",", ":")), media_type="application/json")
 
-    @app.get("/", include_in_schema=False)
-    def index() -> FileResponse:
-        return FileResponse(STATIC / "index.html")
+# ---------------------------------------------------------------------------------------------- public
+public = APIRouter()
+"""Routes anyone may call: the page, its script, liveness."""
 
-    @app.get("/vendor/plotly.min.js", include_in_schema=False)
-    def plotly() -> FileResponse:
-        return FileResponse(
-            plotly_js(), media_type="text/javascript", headers={"Cache-Control": "max-age=86400"}
+
+@public.get("/", include_in_schema=False)
+def index() -> FileResponse:
+    return FileResponse(STATIC / "index.html")
+
+
+@public.get("/vendor/plotly.min.js", include_in_schema=False)
+def plotly() -> FileResponse:
+    return FileResponse(plotly_js(), media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
+
+
+@public.get("/api/health")
+def health() -> dict[str, Any]:
+    """No token needed: liveness, and the trivial baseline of the scale benchmark."""
+    return {"ok": True}
+
+
+# ----------------------------------------------------------------------------------------------- users
+users = APIRouter(dependencies=[Depends(_principal)])
+"""Routes for any signed-in caller (401 otherwise); what each may see is decided in :mod:`views`."""
+
+
+@users.get("/openapi.json", include_in_schema=False)
+def openapi(request: Request) -> dict[str, Any]:
+    """The API's OpenAPI document (its security scheme included), to signed-in callers only."""
+    document: dict[str, Any] = request.app.openapi()
+    return document
+
+
+@users.get("/api/me")
+def me(who: Who, demo: Board) -> Response:
+    with demo.lock:
+        return _body(views.me_view(demo, who))
+
+
+@users.get("/api/time")
+def clock(demo: Board) -> dict[str, Any]:
+    with demo.lock:
+        return {"now_s": demo.now_s, "oldest_s": demo.oldest_s, "speed": demo.speed,
+                "paused": demo.paused, "version": demo.sim.version}  # fmt: skip
+
+
+@users.get("/api/cluster")
+async def cluster(
+    request: Request, who: Who, demo: Board, metric: str = "util", at: float | None = None
+) -> Response:
+    cache: _SnapshotCache = request.app.state.cache
+    viewer = "*operator*" if who.is_operator else who.name
+    # A past time is snapped to the scrubber's frame grid so that the cache can serve it.
+    at_s = None if at is None or at >= demo.now_s else max(at, demo.oldest_s)
+    frame = None if at_s is None else demo.sim.frame_at(at_s).time_s
+    key = (metric, viewer, frame)
+    payload = cache.peek(key)
+    if payload is None:
+        make = functools.partial(views.snapshot, demo, who, metric, at_s)
+        payload = await run_in_threadpool(cache.build, demo, key, make)
+    return Response(payload, media_type="application/json")
+
+
+@users.get("/api/nodes")
+def nodes(demo: Board) -> Response:
+    with demo.lock:
+        return _body(views.nodes_view(demo))
+
+
+@users.get("/api/nodes/{name}")
+def node(who: Who, demo: Board, name: str) -> Response:
+    with demo.lock:
+        return _body(views.node_view(demo, who, name))
+
+
+@users.get("/api/jobs")
+def jobs(who: Who, demo: Board, scope: str = "mine") -> Response:
+    with demo.lock:
+        return _body(views.jobs_view(demo, who, scope))
+
+
+@users.get("/api/jobs/{job_id:path}/telemetry")
+def job_telemetry(  # noqa: PLR0917 - the route's query parameters
+    who: Who,
+    demo: Board,
+    job_id: str,
+    metric: str = "util",
+    window_s: float = 3 * 3600.0,
+    step_s: float = 60.0,
+) -> Response:
+    with demo.lock:
+        return _body(
+            views.job_telemetry(demo, who, job_id, metric_key=metric, window_s=window_s, step_s=step_s)
         )
 
-    @app.get("/api/health")
-    def health() -> dict[str, Any]:
-        """No token needed: liveness, and the trivial baseline of the scale benchmark."""
-        return {"ok": True}
 
-    @app.get("/api/me")
-    def me(who: Who) -> Response:
+@users.get("/api/jobs/{job_id:path}/findings")
+def job_findings(who: Who, demo: Board, job_id: str) -> Response:
+    """Diagnostics findings of the job's telemetry (same access as the job: owner or operator)."""
+    with demo.lock:
+        return _body(views.job_findings(demo, who, job_id))
+
+
+@users.get("/api/jobs/{job_id:path}")
+def job(who: Who, demo: Board, job_id: str) -> Response:
+    """One job; a live cluster's ids hold a slash (``namespace/name``), so this route comes last."""
+    with demo.lock:
+        return _body(views.job_view(demo, who, job_id))
+
+
+@users.get("/api/queue")
+def queue(who: Who, demo: Board) -> Response:
+    with demo.lock:
+        return _body(views.queue_view(demo, who))
+
+
+@users.get("/api/me/reclaim")
+def my_reclaim(who: Who, store: Store, limit: int = 50) -> dict[str, Any]:
+    """The reclaim ledger of the caller's jobs (and of the namespaces granted to them), newest first:
+    how an owner learns that a job was found idle, what will happen and when."""
+    rows = store.ledger(
+        limit=max(1, min(limit, 500)), owners=(who.name,), namespaces=tuple(sorted(who.namespaces))
+    )
+    return {"entries": [dataclasses.asdict(e) for e in rows]}
+
+
+@users.get("/api/me/layout")
+def get_layout(who: Who, store: Store) -> dict[str, Any]:
+    """The caller's saved layout, kept on the server so it follows them to any browser and survives a
+    restart."""
+    return store.layout(who.name) or {}
+
+
+@users.put("/api/me/layout")
+def put_layout(who: Who, store: Store, layout: Layout) -> Layout:
+    store.save_layout(who.name, layout.model_dump())
+    return layout
+
+
+@users.get("/api/me/settings")
+def get_settings(who: Who, store: Store) -> dict[str, Any]:
+    return store.settings(who.name) or Settings().model_dump()
+
+
+@users.put("/api/me/settings")
+def put_settings(who: Who, store: Store, settings: Settings) -> Settings:
+    store.save_settings(who.name, settings.model_dump())
+    return settings
+
+
+# ------------------------------------------------------------------------------------------- operators
+operators = APIRouter(dependencies=[Depends(_operator)])
+"""Routes for operators only: 401 unauthenticated, 403 for a user, checked before the route runs."""
+
+
+@operators.get("/api/operator/summary")
+def operator_summary(demo: Board) -> Response:
+    with demo.lock:
+        return _body(views.operator_summary(demo))
+
+
+@operators.get("/api/operator/reclaim")
+def operator_reclaim(demo: Board) -> Response:
+    """Idle and under-used allocated GPUs per job and user, with the operator's action."""
+    with demo.lock:
+        return _body(views.reclaim_view(demo))
+
+
+@operators.get("/metrics")
+def metrics(demo: Board) -> Response:
+    """The demo's telemetry as dcgm-exporter's text exposition, for Prometheus (operator token: the
+    series carry every user's job labels)."""
+    with demo.lock:
+        latest = latest_values(demo.store)
+    return Response(render(latest), media_type=CONTENT_TYPE)
+
+
+@operators.post("/api/operator/speed")
+def speed(demo: Board, change: SpeedChange) -> dict[str, Any]:
+    demo.set_speed(change.speed)
+    return {"speed": demo.speed, "paused": demo.paused}
+
+
+@operators.get("/api/operator/ledger")
+def ledger(store: Store, job: str | None = None, limit: int = 200) -> dict[str, Any]:
+    """Reclaim actions, newest first: who (actor), what, to which job, when and why."""
+    rows = store.ledger(limit=max(1, min(limit, 5000)), job=job)
+    return {"entries": [dataclasses.asdict(e) for e in rows]}
+
+
+@operators.post("/api/operator/ledger/{entry_id}/{what}")
+def ledger_action(  # noqa: PLR0917 - dependencies and path parameters
+    request: Request, who: Operator, demo: Board, store: Store, entry_id: int, what: str
+) -> dict[str, Any]:
+    """An operator approves the notice of entry ``entry_id``, exempts its job, or undoes it (an exemption,
+    an approval, a mark). With a reclaim loop in this process the loop applies it at once; else the
+    entry is recorded for the scheduler (``kube run --reclaim``), which reads the ledger back."""
+    entry = store.entry(entry_id)
+    if entry is None:
+        raise views.NotFoundError(f"no ledger entry {entry_id}")
+    refused = check_operator_action(entry, what)
+    if refused is not None:
+        raise views.NotFoundError(refused)
+    loop: ReclaimLoop | None = request.app.state.reclaim
+    if loop is not None:
         with demo.lock:
-            return body(views.me_view(demo, who))
+            made = loop.operator(demo, entry.job, what, who.name, ref=entry)
+    else:
+        made = store.record(operator_entry(entry, what, who.name, demo.now_s))
+    return dataclasses.asdict(made)
 
-    @app.get("/api/time")
-    def clock(who: Who) -> dict[str, Any]:
-        with demo.lock:
-            return {"now_s": demo.now_s, "oldest_s": demo.oldest_s, "speed": demo.speed,
-                    "paused": demo.paused, "version": demo.sim.version}  # fmt: skip
 
-    @app.get("/api/cluster")
-    async def cluster(who: Who, metric: str = "util", at: float | None = None) -> Response:
-        viewer = "*operator*" if who.is_operator else who.name
-        # A past time is snapped to the scrubber's frame grid so that the cache can serve it.
-        at_s = None if at is None or at >= demo.now_s else max(at, demo.oldest_s)
-        frame = None if at_s is None else demo.sim.frame_at(at_s).time_s
-        key = (metric, viewer, frame)
-        payload = cache.peek(key)
-        if payload is None:
-            make = functools.partial(views.snapshot, demo, who, metric, at_s)
-            payload = await run_in_threadpool(cache.build, demo, key, make)
-        return Response(payload, media_type="application/json")
-
-    @app.get("/api/nodes")
-    def nodes(who: Who) -> Response:
-        with demo.lock:
-            return body(views.nodes_view(demo))
-
-    @app.get("/api/nodes/{name}")
-    def node(who: Who, name: str) -> Response:
-        with demo.lock:
-            return body(views.node_view(demo, who, name))
-
-    @app.get("/api/jobs")
-    def jobs(who: Who, scope: str = "mine") -> Response:
-        with demo.lock:
-            return body(views.jobs_view(demo, who, scope))
-
-    @app.get("/api/jobs/{job_id:path}/telemetry")
-    def job_telemetry(
-        who: Who, job_id: str, metric: str = "util", window_s: float = 3 * 3600.0, step_s: float = 60.0
-    ) -> Response:
-        with demo.lock:
-            return body(
-                views.job_telemetry(demo, who, job_id, metric_key=metric, window_s=window_s, step_s=step_s)
-            )
-
-    @app.get("/api/jobs/{job_id:path}/findings")
-    def job_findings(who: Who, job_id: str) -> Response:
-        """Diagnostics findings of the job's telemetry (same access as the job: owner or operator)."""
-        with demo.lock:
-            return body(views.job_findings(demo, who, job_id))
-
-    @app.get("/api/jobs/{job_id:path}")
-    def job(who: Who, job_id: str) -> Response:
-        """One job; a live cluster's ids hold a slash (``namespace/name``), so this route comes last."""
-        with demo.lock:
-            return body(views.job_view(demo, who, job_id))
-
-    @app.get("/api/queue")
-    def queue(who: Who) -> Response:
-        with demo.lock:
-            return body(views.queue_view(demo, who))
-
-    @app.get("/api/operator/summary")
-    def operator_summary(who: Who) -> Response:
-        require_operator(who)
-        with demo.lock:
-            return body(views.operator_summary(demo))
-
-    @app.get("/api/operator/reclaim")
-    def operator_reclaim(who: Who) -> Response:
-        """Idle and under-used allocated GPUs per job and user, with the operator's action."""
-        require_operator(who)
-        with demo.lock:
-            return body(views.reclaim_view(demo))
-
-    @app.get("/metrics")
-    def metrics(who: Who) -> Response:
-        """The demo's telemetry as dcgm-exporter's text exposition, for Prometheus (operator token:
-        the series carry every user's job labels)."""
-        require_operator(who)
-        with demo.lock:
-            latest = latest_values(demo.store)
-        return Response(render(latest), media_type=CONTENT_TYPE)
-
-    @app.post("/api/operator/speed")
-    def speed(who: Who, change: SpeedChange) -> dict[str, Any]:
-        require_operator(who)
-        demo.set_speed(change.speed)
-        return {"speed": demo.speed, "paused": demo.paused}
+@operators.post("/api/operator/reclaim/{job_id:path}/{what}")
+def reclaim_action(request: Request, who: Operator, demo: Board, job_id: str, what: str) -> dict[str, Any]:
+    """An operator exempts a job from reclaim, approves its pending action, or undoes an exemption."""
+    loop: ReclaimLoop | None = request.app.state.reclaim
+    if loop is None:
+        raise views.NotFoundError("no reclaim loop runs in this server: act on ledger entries instead")
+    with demo.lock:
+        entry = loop.operator(demo, job_id, what, who.name)
+    return dataclasses.asdict(entry)

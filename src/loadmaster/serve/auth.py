@@ -3,8 +3,10 @@
 A user sees the whole cluster, but other users' jobs only in aggregate: they
 appear as one anonymous owner, and asking for another user's job is a 403. An
 operator sees everything and may act on the demo. The checks run on the
-server in every endpoint (:func:`require_operator`, :func:`can_see_job`); the
-page hides what a role cannot use, but hiding is not the control.
+server: the role by the router every operator route belongs to
+(:func:`require_operator` as its dependency, ``serve/app.py``), a job's details
+in the views (:func:`can_see_job`); the page hides what a role cannot use, but
+hiding is not the control.
 """
 
 from __future__ import annotations

@@ -5,12 +5,15 @@ reclaim report (jobs whose GPUs are all idle, and since when), hands them to
 the :class:`~loadmaster.scheduling.reclaim.ReclaimTracker` and enters each
 decision in the ledger: ``notify`` (the owner is told), then ``evict`` or
 ``mark`` after the grace, each marked ``dry run`` unless the policy is on.
-Operators can exempt a job, approve a pending action (recorded for the
-scheduler to carry out) or undo an exemption; each is a ledger entry with the
-operator's name.
+Operators can exempt a job, approve a pending action (carried out at the
+next look, for real even under a dry-run policy) or undo an exemption or an
+approval not yet carried out; each is a ledger entry with the operator's name
+and the entry it acts on.
 
-Carrying an approved or due eviction out on a cluster is the scheduler's
-part (``kube run``) and is not done yet: here the loop decides and records.
+On a Kubernetes cluster the scheduler carries reclaim out
+(:mod:`loadmaster.kube.reclaim`, ``kube run --reclaim``): there serve runs no
+loop of its own; the operators' entries it records are read back by the
+scheduler from the shared ledger (:func:`operator_entry`).
 """
 
 from __future__ import annotations
@@ -83,40 +86,97 @@ class ReclaimLoop:
             LOG.info("reclaim %s %s: %s", action, d.job, d.reason)
         return decisions
 
-    def operator(self, board: Dashboard, job_id: str, what: str, who: str) -> LedgerEntry:
-        """An operator's ``exempt``, ``approve`` or ``undo`` on a job, entered in the ledger."""
+    def operator(
+        self, board: Dashboard, job_id: str, what: str, who: str, ref: LedgerEntry | None = None
+    ) -> LedgerEntry:
+        """An operator's ``exempt``, ``approve`` or ``undo`` on a job (``ref``: the ledger entry it acts
+        on), entered in the ledger."""
         job = board.sim.cluster.running.get(job_id)
         if job is None:
             raise NotFoundError(f"no running job {job_id!r}")
         if what == "exempt":
             self.tracker.exempt(job_id)
             reason = "exempted from reclaim by an operator"
+        elif what == "undo" and ref is not None and ref.action == "approve":
+            self.tracker.approved.discard(job_id)
+            reason = "approval undone before it was carried out: the policy's grace applies again"
         elif what == "undo":
             self.tracker.exempted.discard(job_id)
             reason = "exemption undone: the policy applies again"
         elif what == "approve":
-            if self.tracker.notified(job_id) is None:
+            if not self.tracker.approve(job_id):
                 raise NotFoundError(f"{job_id} has no pending reclaim action to approve")
-            reason = "the pending action approved by an operator"
+            reason = "the pending action approved by an operator: carried out at the next look"
         else:
             raise NotFoundError(f"unknown reclaim action {what!r}; known: exempt, approve, undo")
-        return self._record(board.now_s, job_id, job.job.user, board, what, reason, who, 0.0)
+        entry = self._record(board.now_s, job_id, job.job.user, board, what, reason, who, 0.0, ref)
+        LOG.info("reclaim %s %s by %s", what, job_id, who)
+        return entry
 
     def _record(  # noqa: PLR0917 - the fields of one ledger entry
         self, now: float, job_id: str, owner: str, board: Dashboard, action: str, reason: str, actor: str,
-        hours: float,
+        hours: float, ref: LedgerEntry | None = None,
     ) -> LedgerEntry:  # fmt: skip
         running = board.sim.cluster.running.get(job_id)
         namespace = job_namespace(running.job) if running is not None else None
         gpus = int(running.job.gpus) if running is not None else 0
         return self.state.record(
-            LedgerEntry(now, job_id, owner, namespace, action, reason, actor, gpus, hours)
+            LedgerEntry(
+                now,
+                job_id,
+                owner,
+                namespace,
+                action,
+                reason,
+                actor,
+                gpus,
+                hours,
+                ref=ref.id if ref is not None else None,
+            )
         )
+
+
+OPERATOR_ACTIONS = ("approve", "exempt", "undo")
+"""What an operator may do to a ledger entry."""
+
+
+def check_operator_action(entry: LedgerEntry, what: str) -> str | None:
+    """Why ``what`` cannot be done to ``entry`` (None: it can): approve a notice, exempt any job,
+    undo an exemption, an approval or a mark; an eviction cannot be undone (the pods are gone)."""
+    action = entry.action.removesuffix(" (dry run)")
+    if what not in OPERATOR_ACTIONS:
+        return f"unknown reclaim action {what!r}; known: {', '.join(OPERATOR_ACTIONS)}"
+    if what == "approve" and action != "notify":
+        return f"only a notice can be approved; entry {entry.id} is {entry.action!r}"
+    if what == "undo" and (action not in {"exempt", "approve", "mark"} or entry.action != action):
+        evicted = " (an eviction cannot: its pods are gone, their controller recreates them)"
+        return (
+            f"entry {entry.id} is {entry.action!r}: only an exemption, an approval or a mark can be undone"
+            + (evicted if action == "evict" else "")
+        )
+    return None
+
+
+def operator_entry(entry: LedgerEntry, what: str, who: str, now_s: float) -> LedgerEntry:
+    """The ledger entry an operator's action on ``entry`` makes when serve runs no loop of its own (a
+    Kubernetes cluster: the scheduler reads it back from the shared ledger and carries it out)."""
+    reasons = {
+        "approve": "the pending action approved by an operator: the scheduler carries it out next",
+        "exempt": "exempted from reclaim by an operator",
+        "undo": f"{entry.action} (entry {entry.id}) undone by an operator",
+    }
+    return LedgerEntry(now_s, entry.job, entry.owner, entry.namespace, what, reasons[what], who, entry.gpus,
+                       0.0, ref=entry.id)  # fmt: skip
 
 
 def loop_from_config(config: ReclaimConfig, state: StateStore) -> ReclaimLoop:
     """The loop serve.yaml's ``reclaim`` section describes, recording into ``state``."""
-    policies = [
+    return ReclaimLoop(policies_from_config(config), state, interval_s=config.interval_s)
+
+
+def policies_from_config(config: ReclaimConfig) -> list[ReclaimPolicy]:
+    """The policies of serve.yaml's ``reclaim`` section (``serve --demo`` and ``kube run --reclaim``)."""
+    return [
         ReclaimPolicy(
             pool=p.pool,
             idle_after_s=p.idle_after_s,
@@ -129,4 +189,3 @@ def loop_from_config(config: ReclaimConfig, state: StateStore) -> ReclaimLoop:
         )
         for p in config.policies
     ]
-    return ReclaimLoop(policies, state, interval_s=config.interval_s)

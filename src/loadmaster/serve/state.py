@@ -14,13 +14,16 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from loadmaster.errors import LoadmasterError
+from loadmaster.scheduling.reclaim import LedgerEntry
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "LedgerEntry", "StateError", "StateStore"]
+
+SCHEMA_VERSION = 2
 """The schema this code writes; :data:`MIGRATIONS` [v] brings a file from version v to v + 1."""
 
 MIGRATIONS: tuple[str, ...] = (
@@ -41,29 +44,14 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX ledger_at ON ledger (at_s);
     """,
+    """
+    ALTER TABLE ledger ADD COLUMN ref INTEGER;
+    """,
 )
 
 
 class StateError(LoadmasterError):
     """The state file cannot be used (unreadable, or written by a newer loadmaster)."""
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One reclaim action: who (actor) did what (action) to which job (and its owner), when, why."""
-
-    at_s: float
-    job: str
-    owner: str
-    namespace: str | None
-    action: str
-    """``notify``, ``evict``, ``mark``, ``exempt``, ``approve``, ``undo``..."""
-    reason: str
-    actor: str
-    """``scheduler`` for the policy's own actions, else the operator's name."""
-    gpus: int
-    idle_gpu_hours: float
-    id: int | None = None
 
 
 class StateStore:
@@ -149,18 +137,49 @@ class StateStore:
             )
         return LedgerEntry(**{**row, "id": cursor.lastrowid})
 
-    def ledger(self, limit: int = 1000, job: str | None = None) -> list[LedgerEntry]:
-        """The newest ``limit`` entries (of one job when given), newest first."""
-        query = (
-            "SELECT at_s, job, owner, namespace, action, reason, actor, gpus, idle_gpu_hours, id FROM ledger"
-        )
+    def ledger(
+        self, limit: int = 1000, job: str | None = None, owners: tuple[str, ...] | None = None,
+        namespaces: tuple[str, ...] = (),
+    ) -> list[LedgerEntry]:  # fmt: skip
+        """The newest ``limit`` entries (of one job when given; of jobs these users own or in these
+        namespaces when ``owners`` is given), newest first."""
+        query = _SELECT
+        where: list[str] = []
         args: tuple[Any, ...] = ()
         if job is not None:
-            query += " WHERE job = ?"
+            where.append("job = ?")
             args = (job,)
+        if owners is not None:
+            clause = f"owner IN ({', '.join('?' * len(owners))})"
+            if namespaces:
+                clause = f"({clause} OR namespace IN ({', '.join('?' * len(namespaces))}))"
+            where.append(clause)
+            args = (*args, *owners, *namespaces)
+        if where:
+            query += " WHERE " + " AND ".join(where)
         with self._lock:
             rows = self._db.execute(query + " ORDER BY at_s DESC, id DESC LIMIT ?", (*args, limit)).fetchall()
         return [LedgerEntry(*row) for row in rows]
+
+    def entry(self, entry_id: int) -> LedgerEntry | None:
+        """One entry by id, or None."""
+        with self._lock:
+            row = self._db.execute(_SELECT + " WHERE id = ?", (entry_id,)).fetchone()
+        return LedgerEntry(*row) if row is not None else None
+
+    def since(self, after_id: int, limit: int = 10_000) -> list[LedgerEntry]:
+        """Entries with an id above ``after_id``, oldest first: how the scheduler reads the operators'
+        actions (another process may have written them: each read sees every committed entry)."""
+        with self._lock:
+            rows = self._db.execute(
+                _SELECT + " WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)
+            ).fetchall()
+        return [LedgerEntry(*row) for row in rows]
+
+
+_SELECT = (
+    "SELECT at_s, job, owner, namespace, action, reason, actor, gpus, idle_gpu_hours, id, ref FROM ledger"
+)
 
 
 def _statements(script: str) -> list[str]:

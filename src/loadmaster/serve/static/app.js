@@ -297,7 +297,9 @@ async function showMe() {
     <h3>Running</h3>${table(["job", "GPUs", "pool", "started", "efficiency"], me.running.map((j) =>
       `<tr data-testid="my-job"><td><a data-job="${esc(j.id)}">${esc(j.id)}</a></td><td class="num">${j.gpus}</td><td>${esc(j.pool)}</td><td>${fmtTime(j.start_s)}</td><td class="num">${j.efficiency_pct ?? "-"} %</td></tr>`))}
     <h3>Pending</h3>${table(["job", "GPUs", "queue", "position", "waiting", "why", "estimated start"], me.pending.map((p) =>
-      `<tr><td><a data-job="${esc(p.id)}">${esc(p.id)}</a></td><td class="num">${p.gpus}</td><td>${esc(p.queue)}</td><td class="num">${p.position}</td><td>${fmtDur(p.wait_s)}</td><td class="reason">${p.plugin ? `[${esc(p.plugin)}] ` : ""}${esc(p.reason)}</td><td>${fmtTime(p.estimated_start_s)}</td></tr>`))}`;
+      `<tr><td><a data-job="${esc(p.id)}">${esc(p.id)}</a></td><td class="num">${p.gpus}</td><td>${esc(p.queue)}</td><td class="num">${p.position}</td><td>${fmtDur(p.wait_s)}</td><td class="reason">${p.plugin ? `[${esc(p.plugin)}] ` : ""}${esc(p.reason)}</td><td>${fmtTime(p.estimated_start_s)}</td></tr>`))}
+    <div id="my-reclaim" data-testid="my-reclaim"></div>`;
+  showNotices().catch((error) => { document.getElementById("my-reclaim").textContent = error.message; }); // reclaim.js
 }
 
 async function showQueue() {
@@ -320,7 +322,9 @@ async function showOperator() {
     <h3>Unhealthy GPUs</h3>${table(["node", "GPU", "XID", "what it means"], s.unhealthy.map((u) => `<tr data-testid="unhealthy"><td>${esc(u.node)}</td><td>${u.gpu}</td><td class="num">${u.xid || ""}</td><td class="reason">${esc(u.meaning)}</td></tr>`))}
     <h3>Jobs holding idle GPUs</h3>${table(["job", "idle GPUs"], s.idle_allocated.top_jobs.map((j) => `<tr><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td class="num">${j.idle_gpus}</td></tr>`))}
     <h3>Usage by user</h3>${table(["user", "GPUs"], s.users.map((u) => `<tr><td>${esc(u.user)}</td><td class="num">${u.gpus}</td></tr>`))}
-    <div id="reclaim" data-testid="reclaim"><h3>Reclaim</h3><p class="muted">loading the reclaim report…</p></div>`;
+    <div id="reclaim" data-testid="reclaim"><h3>Reclaim</h3><p class="muted">loading the reclaim report…</p></div>
+    <div id="ledger" data-testid="ledger"></div>`;
+  showLedger().catch((error) => { document.getElementById("ledger").textContent = error.message; }); // reclaim.js
   showReclaim().catch((error) => {
     document.getElementById("reclaim").innerHTML = `<h3>Reclaim</h3><p class="error">${esc(error.message)}</p>`;
   });
