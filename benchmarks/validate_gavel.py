@@ -118,6 +118,13 @@ def main() -> None:
     )
     parser.add_argument("--record", action="store_true", help="rewrite the committed reference outputs")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per case of loadmaster (median)")
+    parser.add_argument(
+        "--face",
+        choices=("interior", "vertex", "spread"),
+        default="interior",
+        help="which optimal allocation loadmaster's policies return (default interior; others write"
+        " validate_gavel-FACE.json)",
+    )
     args = parser.parse_args()
     if args.record and args.gavel is None:
         sys.exit("--record needs --gavel DIR")
@@ -136,7 +143,9 @@ def main() -> None:
             ours_times, ours = [], None
             for _ in range(args.repeats):
                 start = time.perf_counter()
-                ours, _result = replay(DATA / f"{trace}.trace", DATA / "throughputs.csv", policy, cluster)
+                ours, _result = replay(
+                    DATA / f"{trace}.trace", DATA / "throughputs.csv", policy, cluster, face=args.face
+                )
                 ours_times.append(time.perf_counter() - start)
             assert ours is not None
             entry["loadmaster_s"] = round(statistics.median(ours_times), 3)
@@ -179,7 +188,7 @@ def main() -> None:
         ["git", "rev-parse", "HEAD"], check=False, cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     write_results(
-        RESULTS,
+        RESULTS if args.face == "interior" else RESULTS.with_name(f"validate_gavel-{args.face}.json"),
         ROOT,
         {
             "benchmark": "validate_gavel",
@@ -188,6 +197,7 @@ def main() -> None:
             "commit": commit,
             "gavel_commit": GAVEL_COMMIT,
             "cluster": CLUSTER,
+            "face": args.face,
             "authors_simulator": "run in this benchmark"
             if args.gavel is not None
             else "not run: pass --gavel DIR (Python 3 with cvxpy, ecos, scikit-learn, matrix_completion)",

@@ -20,12 +20,22 @@ from pathlib import Path
 
 from loadmaster.errors import ModelError
 from loadmaster.model.hetero import HeteroCluster, JobKey, ThroughputTable
-from loadmaster.scheduling.plugins.gavel import ROUND_POLICIES
+from loadmaster.scheduling.plugins.gavel import Face, FinishTimeFairness, MaxMinFairness, RoundPolicy
 from loadmaster.sim.rounds import RoundOptions, RoundResult, simulate_rounds
 from loadmaster.traces.gavel import read_step_jobs
 
-POLICIES = {"max_min_fairness_perf": "max-min-fairness", "finish_time_fairness_perf": "finish-time-fairness"}
-"""The authors' ``--policy`` names reproduced, and loadmaster's round policy for each."""
+POLICIES = ("max_min_fairness_perf", "finish_time_fairness_perf")
+"""The authors' ``--policy`` names reproduced (see :func:`round_policy`)."""
+
+
+def round_policy(policy: str, face: Face = "interior") -> RoundPolicy:
+    """loadmaster's round policy for the authors' ``policy``, choosing optima by ``face``."""
+    if policy == "max_min_fairness_perf":
+        return MaxMinFairness(face=face)
+    if policy == "finish_time_fairness_perf":
+        return FinishTimeFairness(face=face)
+    raise ModelError(f"Gavel policy {policy!r} is not reproduced; allowed: {', '.join(POLICIES)}")
+
 
 TABLE_TYPES = ("k80", "p100", "v100")
 
@@ -71,17 +81,14 @@ def replay(
     throughputs: Path,
     policy: str,
     cluster: HeteroCluster,
+    *,
     options: RoundOptions | None = None,
+    face: Face = "interior",
 ) -> tuple[Outcome, RoundResult]:
     """loadmaster's run of the authors' ``policy`` (their name) on ``trace``."""
-    if policy not in POLICIES:
-        raise ModelError(f"Gavel policy {policy!r} is not reproduced; allowed: {', '.join(POLICIES)}")
+    chosen = round_policy(policy, face)
     result = simulate_rounds(
-        read_step_jobs(trace),
-        cluster,
-        read_throughputs(throughputs),
-        ROUND_POLICIES[POLICIES[policy]](),
-        options=options,
+        read_step_jobs(trace), cluster, read_throughputs(throughputs), chosen, options=options
     )
     return Outcome(dict(result.jct_s), result.makespan_s), result
 

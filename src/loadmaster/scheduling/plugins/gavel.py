@@ -32,7 +32,7 @@ interior-point method, returns a point inside the optimal face; HiGHS' simplex
 returns a vertex. So by default (``face="interior"``) HiGHS runs its
 interior-point method without crossover, which also stops inside the face:
 on Gavel's shipped traces this brings average JCT within 1% of Gavel's own
-simulator, where a vertex is up to 4.8% off (``benchmarks/validate_gavel.py``).
+simulator, where a vertex is up to 6% off (``benchmarks/validate_gavel.py``).
 ``face="spread"`` instead keeps the optimum and maximises the summed
 normalised throughput with a second program (no idle capacity by design).
 """
