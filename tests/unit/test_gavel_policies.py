@@ -8,6 +8,7 @@ import pytest
 from loadmaster.scheduling.plugins.gavel import (
     ROUND_POLICIES,
     AllocationInput,
+    Fifo,
     FinishTimeFairness,
     MaxMinFairness,
     isolated_throughputs,
@@ -144,3 +145,22 @@ def test_finish_time_fairness_counts_time_at_isolated_speed_across_calls() -> No
     # Job 0 made 40 steps at its isolated speed of 0.5 steps/s: 80 s of isolated time.
     policy.allocate(make_state([[1.0], [1.0]], [1.0], remaining=[60.0, 100.0], since=[80.0, 80.0]))
     assert policy._isolated_s == {0: pytest.approx(80.0), 1: pytest.approx(0.0)}
+
+
+def test_fifo_gives_each_job_in_order_its_fastest_type_with_room() -> None:
+    # Types in name order: k80, v100. Job 0 takes the V100; job 1 then takes the K80.
+    state = make_state([[1.0, 4.0], [1.0, 2.0], [1.0, 3.0]], [1.0, 1.0])
+    x = Fifo().allocate(state)
+    assert x.tolist() == [[0.0, 1.0], [1.0, 0.0], [0.0, 0.0]]
+
+
+def test_fifo_stops_at_the_first_job_that_fits_nowhere() -> None:
+    # Job 0 takes 1 of 2 GPUs; job 1 needs 2 and blocks job 2, which would fit.
+    state = make_state([[1.0], [1.0], [1.0]], [2.0], scale=[1.0, 2.0, 1.0])
+    assert Fifo().allocate(state)[:, 0].tolist() == [1.0, 0.0, 0.0]
+
+
+def test_fifo_skips_a_job_whose_best_type_with_room_cannot_run_it() -> None:
+    # Job 0 takes the only V100; job 1 runs on V100s only, so it is skipped; job 2 takes the K80.
+    state = make_state([[0.5, 2.0], [0.0, 2.0], [1.0, 1.0]], [1.0, 1.0])
+    assert Fifo().allocate(state).tolist() == [[0.0, 1.0], [0.0, 0.0], [1.0, 0.0]]

@@ -249,9 +249,11 @@ def _pick(state: _State, now: float, policy: RoundPolicy, opts: RoundOptions) ->
         queue.extend((e[0], kind, e[1]) for e in entries)
     taken: set[int] = set()
     picked: list[tuple[int, int]] = []
-    for job_id, kind, _ in queue:
+    for job_id, kind, priority in queue:
         active = state.active[job_id]
         if left[kind] == 0 or job_id in taken or active.rates[kind] <= 0:
+            continue
+        if policy.strict and priority <= 0:
             continue
         if active.job.scale_factor > left[kind]:
             continue

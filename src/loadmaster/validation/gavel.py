@@ -5,9 +5,9 @@ The authors' simulator (stanford-futuredata/gavel
 ``c4fa400``) reads a ``.trace``, an oracle throughput file
 (``simulation_throughputs.json``) and a cluster ``-c V100:P100:K80`` (one GPU
 per server by default) and prints each job's completion time, the average and
-the total duration. Reproduced here: ``max_min_fairness_perf`` and
-``finish_time_fairness_perf`` (the heterogeneity-aware policies) with 6-minute
-rounds. The throughputs are the isolated (``null``) entries of that file,
+the total duration. Reproduced here: ``fifo_perf``, ``max_min_fairness_perf``
+and ``finish_time_fairness_perf`` (the heterogeneity-aware policies) with
+6-minute rounds. The throughputs are the isolated (``null``) entries of that file,
 vendored under ``data/reference/gavel/throughputs.csv``.
 """
 
@@ -20,16 +20,18 @@ from pathlib import Path
 
 from loadmaster.errors import ModelError
 from loadmaster.model.hetero import HeteroCluster, JobKey, ThroughputTable
-from loadmaster.scheduling.plugins.gavel import Face, FinishTimeFairness, MaxMinFairness, RoundPolicy
+from loadmaster.scheduling.plugins.gavel import Face, Fifo, FinishTimeFairness, MaxMinFairness, RoundPolicy
 from loadmaster.sim.rounds import RoundOptions, RoundResult, simulate_rounds
 from loadmaster.traces.gavel import read_step_jobs
 
-POLICIES = ("max_min_fairness_perf", "finish_time_fairness_perf")
+POLICIES = ("fifo_perf", "max_min_fairness_perf", "finish_time_fairness_perf")
 """The authors' ``--policy`` names reproduced (see :func:`round_policy`)."""
 
 
 def round_policy(policy: str, face: Face = "interior") -> RoundPolicy:
     """loadmaster's round policy for the authors' ``policy``, choosing optima by ``face``."""
+    if policy == "fifo_perf":
+        return Fifo()
     if policy == "max_min_fairness_perf":
         return MaxMinFairness(face=face)
     if policy == "finish_time_fairness_perf":

@@ -74,6 +74,9 @@ class RoundPolicy(Protocol):
     """A Gavel policy: an allocation (jobs x types, each in [0, 1]) from the active jobs."""
 
     name: str
+    strict: bool
+    """A job whose priority on a type is 0 never takes that type's GPUs (Gavel's rule for FIFO);
+    otherwise such a job still fills GPUs left over in a round."""
 
     def allocate(self, state: AllocationInput) -> Array: ...
 
@@ -183,6 +186,7 @@ class MaxMinFairness:
     """Which optimal allocation (see :data:`Face`)."""
     slack: float = 1e-6
     name: str = "max-min-fairness"
+    strict: bool = False
 
     def allocate(self, state: AllocationInput) -> Array:
         m, n = state.throughputs.shape
@@ -227,6 +231,7 @@ class FinishTimeFairness:
     tolerance: float = 1e-4
     """Bisection stops when the bracket on rho is this small relative to rho."""
     name: str = "finish-time-fairness"
+    strict: bool = False
     _isolated_s: dict[int, float] = field(default_factory=dict)
     _previous: dict[int, tuple[float, float]] = field(default_factory=dict)
 
@@ -283,7 +288,39 @@ class FinishTimeFairness:
         return _spread(state, _normalised(state), floor)
 
 
+@dataclass
+class Fifo:
+    """Gavel's heterogeneity-aware FIFO (``FIFOPolicyWithPerf``): no LP.
+
+    Jobs in id (arrival) order each take, whole, the GPU type with the most
+    steps/s among those with room for all their workers (types in name order,
+    first wins a tie); the first job that fits nowhere stops the walk (no job
+    passes it). A job that cannot run on the best type with room is skipped.
+    Recomputed from scratch at every recomputation, as Gavel's perf mode is.
+    """
+
+    name: str = "fifo"
+    strict: bool = True
+
+    def allocate(self, state: AllocationInput) -> Array:
+        m, n = state.throughputs.shape
+        x = np.zeros((m, n))
+        free = state.workers.astype(np.float64)
+        for i in range(m):
+            if not (free > 0).any():
+                break
+            fits = [j for j in range(n) if free[j] > 0 and free[j] >= state.scale_factors[i]]
+            if not fits:
+                break
+            best = max(fits, key=lambda j: (state.throughputs[i, j], -j))
+            if state.throughputs[i, best] > 0:
+                x[i, best] = 1.0
+                free[best] -= state.scale_factors[i]
+        return x
+
+
 ROUND_POLICIES: Mapping[str, Callable[[], RoundPolicy]] = {
+    "fifo": Fifo,
     "max-min-fairness": MaxMinFairness,
     "max-min-fairness-agnostic": lambda: MaxMinFairness(aware=False, name="max-min-fairness-agnostic"),
     "finish-time-fairness": FinishTimeFairness,
