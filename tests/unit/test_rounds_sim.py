@@ -15,6 +15,7 @@ TABLE = ThroughputTable(
         ("fast-on-v100", 1): {"v100": 2.0, "k80": 1.0},
         ("v100-only", 1): {"v100": 2.0, "k80": 0.0},
         ("pair", 2): {"v100": 1.0, "k80": 0.5},
+        ("crawl", 1): {"v100": 0.001, "k80": 0.001},
     }
 )
 
@@ -101,6 +102,7 @@ def test_reports_progress_each_round() -> None:
         ([job(0, "steady", 10, 50.0), job(1, "steady", 10, 0.0)], "arrival order"),
         ([job(0, "unknown", 10)], "no throughput for job type 'unknown'"),
         ([job(0, "v100-only", 10)], "runs on none of"),
+        ([job(0, "crawl", 10)], "under one step per"),
     ],
 )
 def test_bad_input_is_refused_with_the_reason(jobs: list[StepJob], message: str) -> None:

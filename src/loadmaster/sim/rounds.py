@@ -147,6 +147,11 @@ def simulate_rounds(
             active = state.active[job_id]
             rate = active.rates[kind]
             steps = min(int(rate * opts.round_s), active.job.total_steps - active.steps_done)
+            if steps <= 0:  # Gavel's loop would spin forever on such a job
+                raise SimulationError(
+                    f"job {job_id}: {rate} steps/s on {state.types[kind]} is under one step per"
+                    f" {opts.round_s} s round"
+                )
             heapq.heappush(running, (-(now + steps / rate), job_id, kind, steps))
         rounds += 1 if running else 0
         if progress is not None:
