@@ -20,8 +20,10 @@ reads either; they are refused with the field count.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
-from loadmaster.traces.rows import Row, RowError, bad, guard, number
+from loadmaster.model.hetero import StepJob
+from loadmaster.traces.rows import Row, RowError, TraceError, bad, guard, number
 from loadmaster.traces.source import Lines
 
 FIELDS = (
@@ -88,3 +90,35 @@ def _row(numbered: tuple[int, list[str]]) -> Row:
         "gpu_milli_per_task": 1000,
         "status": "unknown",
     }
+
+
+def read_step_jobs(path: Path) -> list[StepJob]:
+    """The trace's jobs as Gavel's simulator runs them: job type, workers, total steps, weight, arrival.
+
+    The canonical table drops ``job_type`` and ``total_steps`` (they have no
+    column); the round simulator needs both. Each line is checked as
+    :func:`read_gavel` checks it, and the first bad one stops the read with
+    its line and field.
+    """
+    jobs: list[StepJob] = []
+    with path.open(encoding="utf-8") as handle:
+        for line_no, text in enumerate(handle, start=1):
+            stripped = text.rstrip("\r\n")
+            if not stripped.strip():
+                continue
+            fields = stripped.split("\t")
+            checked = guard(_row, (len(jobs), fields))
+            if isinstance(checked, RowError):
+                raise TraceError(str(path), line_no, checked.field, checked.message)
+            f = dict(zip(FIELDS, fields, strict=True))
+            jobs.append(
+                StepJob(
+                    job_id=len(jobs),
+                    job_type=f["job_type"],
+                    scale_factor=int(float(f["scale_factor"])),
+                    total_steps=int(float(f["total_steps"])),
+                    arrival_s=float(f["arrival_time"]),
+                    priority_weight=float(f["priority_weight"]),
+                )
+            )
+    return jobs
