@@ -49,3 +49,20 @@ def test_merged_plan_equals_plan_built_from_every_release(base: list[Release], e
     assert _rows_by_release(merged) == _rows_by_release(whole)
     assert np.array_equal(merged.gpu_upto, whole.gpu_upto)
     assert np.array_equal(merged.node_upto, whole.node_upto)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(base=st.lists(_release, max_size=6), extra=st.lists(_release, max_size=6))
+def test_cumulative_matrices_hold_per_node_for_every_k(base: list[Release], extra: list[Release]) -> None:
+    """The first-fit search reads every k at once from these rows; they are ``per_node(k)``,
+    also on a plan merged with the cycle's starts (its matrices are built anew)."""
+    base.sort(key=lambda r: r.end_s)
+    extra.sort(key=lambda r: r.end_s)
+    plan = ReleasePlan(base, {})
+    plan.cumulative(6)
+    for candidate in (plan, plan.plus(extra)):
+        matrices = candidate.cumulative(6)
+        assert matrices is not None
+        for k in range(len(candidate.times) + 1):
+            for row, expected in zip(matrices, candidate.per_node(k, 6), strict=True):
+                assert row[k].tolist() == expected.tolist()

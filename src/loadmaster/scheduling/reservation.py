@@ -25,12 +25,17 @@ import numpy.typing as npt
 
 from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacement, TaskRequest, gpu_summary
 from loadmaster.scheduling import fit
+from loadmaster.scheduling.fit import IntArray
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
 from loadmaster.scheduling.placement import Scoring, place_job
 from loadmaster.scheduling.state import Held, WorkingState
 
 JUMP = 16
 """Releases applied one by one in a scan; more at once are summed in a single vectorised step."""
+
+CUMULATIVE_CELLS = 250_000
+"""Largest (releases x nodes) matrix a plan builds to find a job's first fit in one step (three of
+them, 6 MB in all); beyond it the search bisects, a few per-node sums per step."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,21 +90,28 @@ def _room(state: WorkingState, allowed: BoolArray, request: TaskRequest) -> int:
 
 def _room_less(state: WorkingState, held: Held, allowed: BoolArray, request: TaskRequest) -> int:
     """``_room`` of ``state`` less ``held`` (clamped at zero, as :meth:`WorkingState.subtract` does),
-    without building that state: only the arrays the request's capacity reads. No MIG pool."""
-    cap = np.full(len(state.nodes), fit.UNLIMITED, dtype=np.int64)
-    if request.whole_gpus or request.is_fractional:
-        gpu = np.maximum(state.gpu_free - held.gpu, 0)
-        if request.whole_gpus:
-            cap = np.minimum(cap, np.count_nonzero(gpu == MILLI_PER_GPU, axis=1) // request.whole_gpus)
-        else:
-            cap = np.minimum(cap, (gpu // request.gpu_milli).sum(axis=1))
+    without building that state: only the arrays the request's capacity reads. No MIG pool.
+
+    Called at most candidate times of every reservation search, so each term is computed only
+    when the request has it (no array of "unlimited" to take the minimum with).
+    """
+    cap: IntArray | None = None
+    if request.whole_gpus:
+        # max(free - held, 0) is a whole GPU exactly when free - held is
+        cap = np.count_nonzero(state.gpu_free - held.gpu == MILLI_PER_GPU, axis=1) // request.whole_gpus
+    elif request.is_fractional:
+        cap = (np.maximum(state.gpu_free - held.gpu, 0) // request.gpu_milli).sum(axis=1)
     elif request.mig_profile is not None:
         return 0 if state.mig is None else _room(without_held(state, held), allowed, request)
     if request.cpu_milli:
-        cap = np.minimum(cap, np.maximum(state.cpu_free - held.cpu, 0) // request.cpu_milli)
+        cpu = np.maximum(state.cpu_free - held.cpu, 0) // request.cpu_milli
+        cap = cpu if cap is None else np.minimum(cap, cpu)
     if request.memory_mib:
-        cap = np.minimum(cap, np.maximum(state.memory_free - held.memory, 0) // request.memory_mib)
-    return int(np.where(allowed, cap, 0).sum())
+        memory = np.maximum(state.memory_free - held.memory, 0) // request.memory_mib
+        cap = memory if cap is None else np.minimum(cap, memory)
+    if cap is None:
+        return int(np.count_nonzero(allowed)) * int(fit.UNLIMITED)
+    return int(cap[allowed].sum())
 
 
 def without_held(state: WorkingState, held: Held) -> WorkingState:
@@ -156,6 +168,9 @@ class ReleasePlan:
         self._per_node: dict[
             int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
         ] = {}
+        self._cumulative: (
+            tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]] | None
+        ) = None
 
     @classmethod
     def of(
@@ -172,6 +187,7 @@ class ReleasePlan:
         plan = cls.__new__(cls)
         plan.ends, plan.times, plan.gpu, plan.gpu_upto = ends, times, gpu, gpu_upto
         plan.node, plan.node_upto, plan._per_node = node, node_upto, {}
+        plan._cumulative = None
         return plan
 
     def per_node(
@@ -189,6 +205,27 @@ class ReleasePlan:
             )
             self._per_node[k] = found
         return found
+
+    def cumulative(
+        self, size: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """:meth:`per_node` for every ``k`` at once, as (releases + 1, nodes) matrices; None when
+        they would be large (over :data:`CUMULATIVE_CELLS` cells: a big cluster's long plan)."""
+        if self._cumulative is not None:
+            return self._cumulative
+        steps = len(self.times) + 1
+        if steps * size > CUMULATIVE_CELLS:
+            return None
+        gpu_block = np.repeat(np.arange(1, steps), np.diff(self.gpu_upto))
+        node_block = np.repeat(np.arange(1, steps), np.diff(self.node_upto))
+        gpus = np.zeros((steps, size), dtype=np.int64)
+        cpus = np.zeros((steps, size), dtype=np.int64)
+        memories = np.zeros((steps, size), dtype=np.int64)
+        np.add.at(gpus, (gpu_block, self.gpu[:, 0]), 1)
+        np.add.at(cpus, (node_block, self.node[:, 0]), self.node[:, 1])
+        np.add.at(memories, (node_block, self.node[:, 0]), self.node[:, 2])
+        self._cumulative = (gpus.cumsum(axis=0), cpus.cumsum(axis=0), memories.cumsum(axis=0))
+        return self._cumulative
 
     def plus(self, extra: Sequence[Release]) -> ReleasePlan:
         """This plan with ``extra`` releases merged in, in time order (ties: this plan's first).
@@ -210,6 +247,7 @@ class ReleasePlan:
         order = np.argsort(np.array(self.times + [e.end_s for e in extra]), kind="stable")
         merged = copy.copy(self)
         merged._per_node = {}
+        merged._cumulative = None
         everyone = [*self.ends, *extra]
         merged.ends = [everyone[i] for i in order]
         merged.times = [e.end_s for e in merged.ends]
@@ -410,17 +448,39 @@ class Future:
         Counts every released GPU as wholly free (exact unless GPUs are shared),
         without building the state: cheap enough for every step of a search.
         """
-        state, size = self.state, len(self.state.nodes)
-        gpus, cpus, memories = self.plan.per_node(k, size)
-        cap = np.full(size, np.iinfo(np.int64).max // 2, dtype=np.int64)
+        state = self.state
+        gpus, cpus, memories = self.plan.per_node(k, len(state.nodes))
+        cap: IntArray | None = None
         if request.whole_gpus:
-            whole = state.whole_free + gpus
-            cap = np.minimum(cap, np.minimum(whole, state.nodes.gpus) // request.whole_gpus)
+            cap = np.minimum(state.whole_free + gpus, state.nodes.gpus) // request.whole_gpus
         if request.cpu_milli:
-            cap = np.minimum(cap, (state.cpu_free + cpus) // request.cpu_milli)
+            cpu = (state.cpu_free + cpus) // request.cpu_milli
+            cap = cpu if cap is None else np.minimum(cap, cpu)
         if request.memory_mib:
-            cap = np.minimum(cap, (state.memory_free + memories) // request.memory_mib)
-        return int(np.where(allowed, cap, 0).sum())
+            memory = (state.memory_free + memories) // request.memory_mib
+            cap = memory if cap is None else np.minimum(cap, memory)
+        if cap is None:
+            return int(np.count_nonzero(allowed)) * (np.iinfo(np.int64).max // 2)
+        return int(cap[allowed].sum())
+
+    def rooms_at_most(self, allowed: BoolArray, request: TaskRequest) -> IntArray | None:
+        """:meth:`room_at_most` for every ``k``, from the plan's cumulative matrices; None where the
+        plan has none (too large) or the request asks for no GPU, CPU or memory."""
+        state = self.state
+        matrices = self.plan.cumulative(len(state.nodes))
+        if matrices is None:
+            return None
+        gpus, cpus, memories = matrices
+        cap: IntArray | None = None
+        if request.whole_gpus:
+            cap = np.minimum(state.whole_free + gpus, state.nodes.gpus) // request.whole_gpus
+        if request.cpu_milli:
+            cpu = (state.cpu_free + cpus) // request.cpu_milli
+            cap = cpu if cap is None else np.minimum(cap, cpu)
+        if request.memory_mib:
+            memory = (state.memory_free + memories) // request.memory_mib
+            cap = memory if cap is None else np.minimum(cap, memory)
+        return None if cap is None else cap[:, allowed].sum(axis=1)
 
 
 def earliest_start(
@@ -499,6 +559,10 @@ def _first_fit(future: Future, need: int, placer: Placer, request: TaskRequest) 
             return _room(future.after(k), placer.allowed, request)
 
     else:
+        rooms = future.rooms_at_most(placer.allowed, request)
+        if rooms is not None:  # every k at once; room only grows with k, so the first is the answer
+            enough = rooms >= need
+            return int(np.argmax(enough)) if enough[-1] else None
 
         def room(k: int) -> int:
             return future.room_at_most(k, placer.allowed, request)
