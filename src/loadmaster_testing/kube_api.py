@@ -47,6 +47,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import socket
 import sys
 import threading
 import time
@@ -575,6 +576,11 @@ class KubeApiDouble:
 
 
 class _Server(ThreadingHTTPServer):
+    request_queue_size = socket.SOMAXCONN
+    """The listen backlog. socketserver's default is 5: 16 binds opening connections at once overflowed
+    it and the kernel dropped SYNs, which the client resends after 1 s (a 1 s p99 bind). Go's
+    net.Listen, which kube-apiserver uses, takes the kernel's ``somaxconn``, as this does."""
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Quiet about clients that hang up (a closed keep-alive connection); loud about the rest."""
         if not isinstance(sys.exc_info()[1], ConnectionError):

@@ -14,6 +14,16 @@ count), no pod bound twice, no gang left partly bound well past its
 ``scheduleTimeoutSeconds`` while a replica leads, and no exception from a
 scheduler step on valid objects (an exception fails the run by itself).
 
+Two scenarios. :class:`KubeChaos` runs the shipped ``priority`` profile,
+whose ``priority-preempt`` evicts only jobs that ran 600 s: the fake clock
+seldom gets a pod that old, so it almost never preempts.
+:class:`KubePreemptChaos` lowers ``min_runtime_s`` to
+:data:`PREEMPT_MIN_RUNTIME_S`, so high-priority pods (half of those added)
+evict running ones, and the invariants are judged while victims are still
+Terminating (:attr:`Tally.checks_with_victims_terminating` counts those
+checks: the claim that a victim keeps its GPUs until it is gone is only
+tested when it is above 0).
+
 Used by ``tests/kube/test_chaos.py`` (few examples, fixed seed) and
 ``benchmarks/kube_chaos.py`` (many).
 """
@@ -27,13 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from kube.helpers import a_node, a_pod, a_pod_group
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
-from loadmaster.scheduling import Scheduler
+from loadmaster.scheduling import PluginSpec, Profile, Scheduler, build_profile
 from loadmaster_testing.kube_api import KubeApiDouble
 
 NODE_NAMES = ("n0", "n1", "n2", "n3")
@@ -42,6 +52,9 @@ GANG_SLACK_S = 40.0
 """How far past its timeout a gang may stay partly bound: the replica must first see it (steps are
 up to 20 s apart) and its released pods take their grace period to go."""
 SYNC_S = 2.0
+PREEMPT_MIN_RUNTIME_S = 10.0
+"""``priority-preempt``'s ``min_runtime_s`` in the preemption scenario: shorter than a burst of steps
+(3 s apart) or one ``advance``, so running pods become victims; above 0 so the rule is still exercised."""
 
 
 class Killed(BaseException):
@@ -67,7 +80,19 @@ class Tally:
     rollbacks: int = 0
     crashes: int = 0
     fenced: int = 0
+    checks_with_victims_terminating: int = 0
+    """Invariant checks made while a pod a replica evicted was still on its node, Terminating."""
     rules: Counter[str] = field(default_factory=Counter)
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts now (rules left out), to difference around one run."""
+        return {
+            name: getattr(self, name)
+            for name in (
+                "steps", "scheduler_steps", "binds", "evictions", "rollbacks", "crashes", "fenced",
+                "checks_with_victims_terminating",
+            )
+        }  # fmt: skip
 
 
 TALLY = Tally()
@@ -81,7 +106,23 @@ def pod_gpus(pod: dict[str, Any]) -> int:
     return sum(int(c["resources"]["requests"].get("nvidia.com/gpu", 0)) for c in pod["spec"]["containers"])
 
 
+def chaos_profile(min_runtime_s: float | None) -> Profile:
+    """The shipped ``priority`` profile; with ``min_runtime_s``, ``priority-preempt`` takes that instead."""
+    shipped = load_profiles()["priority"]
+    if min_runtime_s is None:
+        return shipped
+    names = ("priority", "fifo", "gang", "binpack", "priority-preempt")
+    assert tuple(p.name for p in shipped.plugins) == names, "the shipped priority profile changed"
+    plugins = [
+        PluginSpec(n, {"min_runtime_s": min_runtime_s} if n == "priority-preempt" else {}) for n in names
+    ]
+    return build_profile("priority", ["allocate", "preempt"], plugins, "tests/kube/chaos.py")
+
+
 class KubeChaos(RuleBasedStateMachine):
+    min_runtime_s: float | None = None
+    """``priority-preempt``'s ``min_runtime_s`` (None: the shipped profile's 600 s)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.clock = Clock()
@@ -94,6 +135,9 @@ class KubeChaos(RuleBasedStateMachine):
         self.serial = 0
         self.partial_since: dict[str, float] = {}
         self.late_steps: Counter[str] = Counter()
+        self.victims: set[str] = set()
+        """Pod keys a replica evicted (their pods may still be Terminating on their nodes)."""
+        self.profile = chaos_profile(self.min_runtime_s)
         for name in NODE_NAMES[:2]:
             self.api.create("nodes", a_node(name, GPUS_PER_NODE))
 
@@ -121,7 +165,7 @@ class KubeChaos(RuleBasedStateMachine):
         if cluster is None:
             client = api_client(host=self.url)
             lease = LeaderElector(client, name, clock=self.clock, monotonic=self.clock)
-            scheduler = Scheduler(load_profiles()["priority"])
+            scheduler = Scheduler(self.profile)
             cluster = KubeCluster(client, scheduler, name, lease=lease, clock=self.clock, bind_workers=2)
             for informer in cluster.informers.values():
                 informer.backoff_s = 0.005
@@ -340,6 +384,7 @@ class KubeChaos(RuleBasedStateMachine):
         TALLY.scheduler_steps += 1
         TALLY.binds += len(report.bound)
         TALLY.evictions += len(report.evicted)
+        self.victims.update(report.evicted)
         TALLY.rollbacks += len(report.rolled_back)
         TALLY.fenced += report.fenced
         TALLY.rules["(leader)" if report.leader else "(follower)"] += 1
@@ -365,6 +410,15 @@ class KubeChaos(RuleBasedStateMachine):
             if p["spec"].get("nodeName") in over
         ]  # fmt: skip
         assert not over, f"over-committed (GPUs in use, Terminating included): {over}: {detail}"
+        terminating = [
+            p
+            for p in self._pods()
+            if f"team-a/{p['metadata']['name']}" in self.victims
+            and p["metadata"].get("deletionTimestamp")
+            and p["spec"].get("nodeName") in nodes
+        ]
+        if terminating:  # victims still hold their GPUs: the check above counted them
+            TALLY.checks_with_victims_terminating += 1
 
     @invariant()
     def no_pod_bound_twice(self) -> None:
@@ -398,3 +452,52 @@ class KubeChaos(RuleBasedStateMachine):
             else:
                 self.partial_since.pop(name, None)
                 self.late_steps.pop(name, None)
+
+
+class KubePreemptChaos(KubeChaos):
+    """The same chaos with preemption that happens: victims need only :data:`PREEMPT_MIN_RUNTIME_S` of run,
+    and two more rules crowd the nodes with low-priority pods and send high-priority ones after them."""
+
+    min_runtime_s = PREEMPT_MIN_RUNTIME_S
+
+    @initialize()
+    def crowded_start(self) -> None:
+        """Start each run with the nodes full of low-priority pods that have run long enough to be victims."""
+        self.crowd(owned=True)
+        self._step_quietly("a")
+        self.advance(int(PREEMPT_MIN_RUNTIME_S) + 1)
+
+    @rule(owned=st.booleans())
+    def crowd(self, owned: bool) -> None:
+        """Low-priority pods of 4 GPUs, as many as the nodes have room for: victims to be."""
+        self._count("crowd")
+        nodes = len(self.api.objects("nodes"))
+        used = sum(pod_gpus(p) for p in self._pods() if p["spec"].get("nodeName"))
+        for _ in range(max(0, (nodes * GPUS_PER_NODE - used) // 4)):
+            name = self._name("low")
+            pod = a_pod(name, 4)
+            if owned:
+                pod["metadata"]["ownerReferences"] = owner(name)
+                self.templates[name] = (None, 4)
+            self._create_pod(pod)
+
+    @rule(gpus=st.sampled_from([4, 8]), gang=st.booleans())
+    def preemptor(self, gpus: int, gang: bool) -> None:
+        """A high-priority pod (or a gang of two) that fits only if running pods make room."""
+        self._count("preemptor")
+        if not gang:
+            pod = a_pod(self._name("hi"), gpus)
+            pod["spec"]["priorityClassName"] = "high"
+            self._create_pod(pod)
+            return
+        group = self._name("hg")
+        self.api.create(
+            "podgroups", {**a_pod_group(group, 2), "spec": {"minMember": 2, "scheduleTimeoutSeconds": 45}}
+        )
+        for i in range(2):
+            name = f"{group}-{i}"
+            pod = a_pod(name, gpus, group)
+            pod["spec"]["priorityClassName"] = "high"
+            pod["metadata"]["ownerReferences"] = owner(group)
+            self.templates[name] = (group, gpus)
+            self._create_pod(pod)

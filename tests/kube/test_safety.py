@@ -19,6 +19,7 @@ from kube.helpers import Clock, a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import ROLLBACK_ANNOTATION, TIMEOUT_CONDITION, KubeCluster
+from loadmaster.kube.watch import ClusterWatch
 from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
 
@@ -367,19 +368,35 @@ def test_a_gang_short_of_pods_still_holds_what_its_bound_members_use(
     assert report.bound == [] and gpus_in_use(api) == {"n0": 4}
 
 
-def test_a_watch_event_older_than_the_cache_is_ignored(api: KubeApiDouble) -> None:
-    """A list made on becoming leader may be newer than events still in flight on the watch."""
-    cluster = KubeCluster(api_client(host=api.url), Scheduler(load_profiles()["fifo"]), "a")  # type: ignore[attr-defined]
+@pytest.mark.parametrize("path", ["kube run", "dashboard"])
+def test_a_watch_event_older_than_the_cache_is_ignored(api: KubeApiDouble, path: str) -> None:
+    """A list made on becoming leader may be newer than events still in flight on the watch: a stale
+    MODIFIED must not bring back an old pod, nor a stale DELETED remove a newer one, in ``kube run``'s
+    cache and in the dashboard's (one shared drain)."""
+    client = api_client(host=api.url)  # type: ignore[attr-defined]
+    reader: KubeCluster | ClusterWatch = (
+        KubeCluster(client, Scheduler(load_profiles()["fifo"]), "a")
+        if path == "kube run"
+        else ClusterWatch(client)
+    )
     new = {
         "metadata": {"name": "p", "namespace": "team-a", "resourceVersion": "10"},
         "spec": {"nodeName": "n0"},
     }
     old = {"metadata": {"name": "p", "namespace": "team-a", "resourceVersion": "9"}, "spec": {}}
-    cluster.changes.put(("pods", "RELIST", {"items": [new]}))
-    cluster.changes.put(("pods", "MODIFIED", old))
-    cluster.drain()
-    assert cluster.state.objects["pods"]["team-a/p"]["spec"] == {"nodeName": "n0"}
-    cluster.stop()
+    newer = {"metadata": {"name": "p", "namespace": "team-a", "resourceVersion": "11"}, "spec": {}}
+    reader.changes.put(("pods", "RELIST", {"items": [new]}))
+    reader.changes.put(("pods", "MODIFIED", old))
+    reader.changes.put(("pods", "DELETED", old))
+    reader.drain()
+    assert reader.state.objects["pods"]["team-a/p"]["spec"] == {"nodeName": "n0"}
+    reader.changes.put(("pods", "MODIFIED", newer))  # a newer event applies
+    reader.drain()
+    assert reader.state.objects["pods"]["team-a/p"]["spec"] == {}
+    reader.changes.put(("pods", "DELETED", newer))
+    reader.drain()
+    assert "team-a/p" not in reader.state.objects["pods"]
+    reader.stop()
 
 
 def test_a_gang_that_lost_a_member_still_times_out(

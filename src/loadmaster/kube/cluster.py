@@ -58,7 +58,7 @@ from kubernetes.client.exceptions import ApiException
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import PODGROUP_API, REQUEST_TIMEOUT_S, ApiFailure, Event, Informer, LeaderElector
 from loadmaster.kube.semantics import kube_scheduler, scheduler_names
-from loadmaster.kube.state import KubeState, View
+from loadmaster.kube.state import KubeState, View, drain
 from loadmaster.model import Job, NodeTable
 from loadmaster.scheduling import Bind, CycleResult, Preempt, Scheduler
 
@@ -98,6 +98,8 @@ class StepReport:
     """Pod keys the cycle decided to evict."""
     failed_binds: list[str] = field(default_factory=list)
     """Pod keys whose bind failed this step (retried while their reservation holds)."""
+    bind_s: dict[str, float] = field(default_factory=dict)
+    """Pod key -> seconds its Binding request took this step (sent ones only, accepted or not)."""
     fenced: int = 0
     """Writes not sent because the lease was no longer certainly held."""
     result: CycleResult | None = None
@@ -112,8 +114,9 @@ class Stats:
     """Counters of what the scheduler did, for a metrics module to read (thread-safe increments).
 
     ``listeners`` are called as ``listener(name, value)`` with ``bind_latency_s``
-    (one per bind), ``cycle_s`` (one per leading step) and ``leader`` (1.0 or 0.0
-    on each change).
+    (one per Binding request the API accepted), ``bind_error_latency_s`` (one per
+    Binding request that failed), ``cycle_s`` (one per leading step) and
+    ``leader`` (1.0 or 0.0 on each change).
     """
 
     counts: Counter[str] = field(default_factory=Counter)
@@ -221,16 +224,8 @@ class KubeCluster:
         return max(i.staleness_s for i in self.informers.values())
 
     def drain(self) -> None:
-        """Apply every change the informers have queued."""
-        while True:
-            try:
-                kind, event, obj = self.changes.get_nowait()
-            except queue.Empty:
-                return
-            if event == "RELIST":
-                self.state.replace(kind, obj["items"])
-            elif not _older(obj, self.state.objects[kind].get(tr.key_of(obj))):
-                self.state.apply(kind, event, obj)
+        """Apply every change the informers have queued, stale events dropped (:func:`state.drain`)."""
+        drain(self.changes, self.state)
 
     # ------------------------------------------------------------------ step
     def step(self, dry_run: bool = False) -> StepReport:
@@ -408,8 +403,10 @@ class KubeCluster:
         self._send_binds(work, report)
 
     def _send_binds(self, work: list[tuple[str, str, str]], report: StepReport) -> None:
-        outcomes = list(self._pool.map(lambda w: self._fenced_bind(*w), work))
-        for (key, node, _), outcome in zip(work, outcomes, strict=True):
+        timed = list(self._pool.map(lambda w: self._fenced_bind(*w), work))
+        for (key, node, _), (outcome, seconds) in zip(work, timed, strict=True):
+            if outcome != "fenced":
+                report.bind_s[key] = seconds
             assumed = self.assumed.get(key)
             if assumed is not None:
                 assumed.sent = outcome != "fenced"
@@ -425,14 +422,17 @@ class KubeCluster:
             else:
                 report.failed_binds.append(key)
 
-    def _fenced_bind(self, key: str, node: str, gpus: str) -> Outcome:
+    def _fenced_bind(self, key: str, node: str, gpus: str) -> tuple[Outcome, float]:
+        """The bind's outcome and how long its request took (0 when fenced: nothing was sent)."""
         if not self.lease.holds_now():
             self.stats.add("fenced")
-            return "fenced"
+            return "fenced", 0.0
         started = time.perf_counter()
         outcome = self._bind_pod(key, node, gpus)
-        self.stats.emit("bind_latency_s", time.perf_counter() - started)
-        return outcome
+        seconds = time.perf_counter() - started
+        # Latency by outcome, as kube-scheduler labels its Bind extension point with the status code.
+        self.stats.emit("bind_latency_s" if outcome == "bound" else "bind_error_latency_s", seconds)
+        return outcome, seconds
 
     def _bind_pod(self, key: str, node: str, gpus: str) -> Outcome:
         namespace, name = key.split("/", 1)
@@ -780,17 +780,6 @@ def _overfull_nodes(state: KubeState, assumed: Mapping[str, _Assumed]) -> set[st
         if gpus > capacity.gpus or cpu > capacity.cpu_milli or memory > capacity.memory_mib:
             full.add(name)
     return full
-
-
-def _older(event: tr.Obj, cached: tr.Obj | None) -> bool:
-    """True when a watch event is older than the cached object: a list made on becoming leader
-    (or any relist) may be newer than events still in flight on the watch stream."""
-    if cached is None:
-        return False
-    try:
-        return int(event["metadata"]["resourceVersion"]) < int(cached["metadata"]["resourceVersion"])
-    except (KeyError, TypeError, ValueError):  # opaque versions: no order to judge by
-        return False
 
 
 def _release(response: Any) -> None:

@@ -13,8 +13,9 @@ series                                                  type       labels
                                                                    error), ``profile``
 ``scheduler_scheduling_attempt_duration_seconds``       histogram  ``result``, ``profile``
 ``scheduler_scheduling_algorithm_duration_seconds``     histogram  (one observation per cycle)
-``scheduler_framework_extension_point_duration_seconds`` histogram ``extension_point="Bind"``, ``status``,
-                                                                   ``profile``: the binding latency
+``scheduler_framework_extension_point_duration_seconds`` histogram ``extension_point="Bind"``, ``status``
+                                                                   (Success, Error), ``profile``: the
+                                                                   binding latency
 ``scheduler_pending_pods``                              gauge      ``queue``: active, backoff,
                                                                    unschedulable, gated
 ``scheduler_preemption_attempts_total``                 counter
@@ -63,6 +64,11 @@ ATTEMPT_BUCKETS = _exponential(0.001, 2, 15)
 EXTENSION_POINT_BUCKETS = _exponential(0.0001, 2, 12)
 """kube-scheduler's buckets for one extension point (here Bind): 0.1 ms to about 200 ms."""
 VICTIM_BUCKETS = _exponential(1, 2, 7)
+BIND_SUCCESS = "Success"
+BIND_ERROR = "Error"
+"""The ``status`` label values of the Bind latency: the names of kube-scheduler's status codes
+(``codes`` in ``staging/src/k8s.io/kube-scheduler/framework/interface.go``, formerly
+``pkg/scheduler/framework/interface.go``) a bind can end with."""
 
 
 class SchedulerMetrics:
@@ -139,9 +145,18 @@ class SchedulerMetrics:
             self.pending.labels(queue).set(0)
         self.leader.labels(lease_name).set(0)
 
-    def observe_bind(self, seconds: float) -> None:
-        """One Binding request's latency (status ``Any``: the driver reports latency, not the outcome)."""
-        self.extension_point_duration.labels("Bind", "Any", self.profile).observe(seconds)
+    def observe_bind(self, seconds: float, ok: bool) -> None:
+        """One Binding request's latency, labelled with its outcome.
+
+        kube-scheduler observes the Bind extension point with the status code
+        its bind plugins returned (``frameworkImpl.RunBindPlugins`` in
+        ``pkg/scheduler/framework/runtime/framework.go``: ``status.Code().String()``):
+        ``Success`` when the API accepted the Binding, ``Error`` when
+        DefaultBinder got an API error, whatever the HTTP code
+        (``plugins/defaultbinder/default_binder.go``: ``return AsStatus(err)``).
+        """
+        status = BIND_SUCCESS if ok else BIND_ERROR
+        self.extension_point_duration.labels("Bind", status, self.profile).observe(seconds)
 
     def observe_leader(self, leader: bool) -> None:
         self.leader.labels(self.lease_name).set(1 if leader else 0)
@@ -170,9 +185,10 @@ class SchedulerMetrics:
             for key in view.unbound.get(job_id, ()):
                 results[key] = "unschedulable"
         results.update({key: "scheduled" if ok else "error" for key, ok in binds.items()})
-        for result in results.values():
+        for key, result in results.items():
             self.attempts.labels(result, self.profile).inc()
-            self.attempt_duration.labels(result, self.profile).observe(algorithm_s)
+            seconds = algorithm_s + report.bind_s.get(key, 0.0)  # scheduling plus binding, as upstream
+            self.attempt_duration.labels(result, self.profile).observe(seconds)
         offered = {key for keys in view.unbound.values() for key in keys} - gated
         backoff = {key for job_id in report.rolled_back for key in view.unbound.get(job_id, ())}
         waiting = {k for k, r in results.items() if r == "unschedulable"}

@@ -9,6 +9,7 @@ the kubelet restarts the container.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -56,27 +57,31 @@ def run_loop(
     failing reclaim look is logged and does not stop scheduling.
     """
     stop = stop if stop is not None else threading.Event()
-    if metrics is not None:
-        cluster.stats.listeners.append(
-            lambda name, value: metrics.observe_bind(value) if name == "bind_latency_s" else None
-        )
+    listener = None
+    if metrics is not None:  # for this loop only: a second loop on the same cluster must not count twice
+        listener = functools.partial(_observe_stat, metrics)
+        cluster.stats.listeners.append(listener)
     steps = 0
-    while not stop.is_set() and (max_steps == 0 or steps < max_steps):
-        try:
-            if before_step is not None:
-                before_step()
-            report = cluster.step()
-        except Exception:
-            log.exception("scheduling step failed; the next one starts over from the informers' cache")
-        else:
-            _observe(cluster, report, metrics, health)
-            if reclaim is not None and report.leader:
-                _reclaim(reclaim)
-            if on_report is not None:
-                on_report(steps + 1, report)
-        steps += 1
-        if max_steps == 0 or steps < max_steps:
-            stop.wait(interval_s)
+    try:
+        while not stop.is_set() and (max_steps == 0 or steps < max_steps):
+            try:
+                if before_step is not None:
+                    before_step()
+                report = cluster.step()
+            except Exception:
+                log.exception("scheduling step failed; the next one starts over from the informers' cache")
+            else:
+                _observe(cluster, report, metrics, health)
+                if reclaim is not None and report.leader:
+                    _reclaim(reclaim)
+                if on_report is not None:
+                    on_report(steps + 1, report)
+            steps += 1
+            if max_steps == 0 or steps < max_steps:
+                stop.wait(interval_s)
+    finally:
+        if listener is not None:
+            cluster.stats.listeners.remove(listener)
     return steps
 
 
@@ -85,6 +90,12 @@ def _reclaim(reclaim: KubeReclaimer) -> None:
         reclaim.step()
     except Exception:
         log.exception("reclaim look failed; scheduling goes on, the next look tries again")
+
+
+def _observe_stat(metrics: SchedulerMetrics, name: str, value: float) -> None:
+    """Route one of :class:`~loadmaster.kube.cluster.Stats`' emitted values to its series."""
+    if name in {"bind_latency_s", "bind_error_latency_s"}:
+        metrics.observe_bind(value, ok=name == "bind_latency_s")
 
 
 def _observe(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import queue
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -69,7 +71,7 @@ class KubeState:
         self.objects[kind] = {tr.key_of(o): o for o in items}
 
     def apply(self, kind: str, event: str, obj: tr.Obj) -> None:
-        """Apply one watch event (ADDED, MODIFIED, DELETED)."""
+        """Apply one watch event (ADDED, MODIFIED, DELETED), whatever its version (see :func:`drain`)."""
         if event == "DELETED":
             self.objects[kind].pop(tr.key_of(obj), None)
         else:
@@ -182,6 +184,45 @@ class KubeState:
         else:
             start = min(tr.timestamp_s(p.get("status", {}).get("startTime")) for p in bound)
             running.append(RunningJob(job, placements, start or job.submit_s))
+
+
+def drain(changes: queue.Queue[tuple[str, str, dict[str, Any]]], state: KubeState) -> int:
+    """Apply every change the informers have queued (an :data:`~loadmaster.kube.api.Event` each)
+    to ``state``; how many were taken from the queue.
+
+    A RELIST replaces the kind. A watch event older than the cached object is
+    dropped (:func:`older`): a list made on becoming leader, or any relist, may be
+    newer than events still in flight on the watch stream, and applying them
+    would bring back a pod's old binding or a deleted pod. ``kube run``'s
+    :class:`~loadmaster.kube.cluster.KubeCluster` and the dashboard's
+    :class:`~loadmaster.kube.watch.ClusterWatch` both drain through here.
+    """
+    taken = 0
+    while True:
+        try:
+            kind, event, obj = changes.get_nowait()
+        except queue.Empty:
+            return taken
+        taken += 1
+        if event == "RELIST":
+            state.replace(kind, obj["items"])
+        elif not older(obj, state.objects[kind].get(tr.key_of(obj))):
+            state.apply(kind, event, obj)
+
+
+def older(event: tr.Obj, cached: tr.Obj | None) -> bool:
+    """True when a watch event's object is older than the cached one, by ``metadata.resourceVersion``.
+
+    Kubernetes calls resource versions opaque; kube-apiserver's etcd3 store
+    makes them increasing integers, and client-go's informers rely on the same
+    order within one resource. Versions that are not integers give no order: never older.
+    """
+    if cached is None:
+        return False
+    try:
+        return int(event["metadata"]["resourceVersion"]) < int(cached["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):  # opaque versions: no order to judge by
+        return False
 
 
 def holds_resources(pod: tr.Obj) -> bool:

@@ -24,7 +24,7 @@ from kubernetes import client
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import Event, Informer
-from loadmaster.kube.state import KubeState
+from loadmaster.kube.state import KubeState, drain
 from loadmaster.model import ClusterSnapshot
 
 KINDS = ("nodes", "pods", "podgroups")
@@ -78,16 +78,8 @@ class ClusterWatch:
         self.drain()
 
     def drain(self) -> None:
-        """Apply every change the informers have queued."""
-        while True:
-            try:
-                kind, event, obj = self.changes.get_nowait()
-            except queue.Empty:
-                return
-            if event == "RELIST":
-                self.state.replace(kind, obj["items"])
-            else:
-                self.state.apply(kind, event, obj)
+        """Apply every change the informers have queued, stale events dropped (as ``kube run`` does)."""
+        drain(self.changes, self.state)
 
     def synced_to(self, version: int) -> bool:
         """True once every informer has listed and seen the API up to ``version``."""
