@@ -4,7 +4,7 @@
 
 const STATE_COLOURS = ["#2d333b", "#2f81f7", "#d29922", "#f85149"];
 const BADGE_COLOURS = { 1: "#ff4d4f", 2: "#d63af9", 4: "#ff9d00" };
-const TILE = 10, GAP = 2, PAD = 4, HEADER = 18;
+const HEADER = 18;
 
 const ui = {
   token: null, me: null, snap: null, layout: null, collapsed: new Set(),
@@ -67,33 +67,61 @@ function saveSettings() {
 // ---- layout: groups of node boxes of GPU tiles -------------------------------------------------
 // A layout is a list of items: {kind: "header", key, label, depth, x, y, w, h} and
 // {kind: "node", node, gpus: [flat indices], x, y, w, h}. Tiles are placed inside node boxes.
-function nodeBox(snap, node, gpus) {
+// The layout fits the window: when the full layout (10 px tiles, a header per rack or job) is taller
+// than the space left in the window, the tiles shrink and the deep groups (racks, zones, jobs) lose
+// their header rows and flow inline, a wider gap between them; hovering names every GPU's node and
+// owner. So 10,000 GPUs fit one 1920x1080 screen, as NSML Insight draws its whole cluster.
+const SCALES = [10, 8, 6, 5, 4, 3, 2].flatMap((tile) => [9, 1, 0].map((headers) => ({
+  tile, gap: tile >= 10 ? 2 : tile > 2 ? 1 : 0, pad: tile >= 10 ? 4 : tile >= 6 ? 3 : 2,
+  headers, // the deepest group depth that keeps its header row; deeper groups flow inline
+}))); // tried in order, largest tiles first; the first that fits the window is drawn
+function nodeBox(snap, node, gpus, scale = SCALES[0]) {
   const cols = Math.min(gpus.length, 4) || 1;
   const rows = Math.ceil(gpus.length / cols) || 1;
-  return { kind: "node", node, gpus, w: cols * (TILE + GAP) + GAP + 2, h: rows * (TILE + GAP) + GAP + 2 };
+  const step = scale.tile + scale.gap;
+  return { kind: "node", node, gpus, cols, w: cols * step + scale.gap + 2, h: rows * step + scale.gap + 2 };
 }
 
-function buildLayout(snap, width) {
-  const groups = ui.layoutKind === "user" ? userGroups(snap) : hierarchyGroups(snap);
+function layoutAt(groups, width, scale) {
   const items = [];
-  let y = 0;
+  let y = 0, x = 0, rowH = 0, flowing = false;
+  const newline = (x0) => { if (flowing) { y += rowH + scale.pad + 2; } x = x0; rowH = 0; flowing = false; };
   for (const group of groups) {
     const collapsed = ui.collapsed.has(group.key) || group.ancestors.some((k) => ui.collapsed.has(k));
     if (group.ancestors.some((k) => ui.collapsed.has(k))) continue;
-    const x0 = group.depth * 14;
-    items.push({ kind: "header", key: group.key, label: group.label, collapsed, depth: group.depth,
-                 x: x0, y, w: width - x0, h: HEADER });
-    y += HEADER;
-    if (collapsed || !group.boxes.length) continue;
-    let x = x0, rowH = 0;
-    for (const box of group.boxes) {
-      if (x + box.w > width && x > x0) { x = x0; y += rowH + PAD; rowH = 0; }
-      items.push({ ...box, x, y });
-      x += box.w + PAD; rowH = Math.max(rowH, box.h);
+    const headed = group.depth <= scale.headers;
+    const x0 = Math.min(group.depth, scale.headers) * 14;
+    if (headed) {
+      newline(x0);
+      items.push({ kind: "header", key: group.key, label: group.label, collapsed, depth: group.depth,
+                   x: x0, y, w: width - x0, h: HEADER });
+      y += HEADER;
+      if (collapsed) continue;
+    } else if (flowing && group.boxes.length) {
+      x += 3 * scale.pad; // an inline group: a wider gap marks where it begins
     }
-    y += rowH + PAD + 2;
+    if (!group.boxes.length) continue;
+    if (!flowing) x = x0;
+    for (const spec of group.boxes) {
+      const box = nodeBox(null, spec.node, spec.gpus, scale);
+      if (x + box.w > width && x > x0) { x = x0; y += rowH + scale.pad; rowH = 0; }
+      items.push({ ...box, x, y, group: group.key });
+      x += box.w + scale.pad; rowH = Math.max(rowH, box.h);
+      flowing = true;
+    }
   }
-  return { items, height: y + 4 };
+  if (flowing) y += rowH + scale.pad + 2;
+  return { items, height: y + 4, scale };
+}
+
+function buildLayout(snap, width, maxHeight = Infinity) {
+  const groups = ui.layoutKind === "user" ? userGroups(snap) : hierarchyGroups(snap);
+  let layout = null;
+  for (const scale of SCALES) {
+    layout = layoutAt(groups, width, scale);
+    if (layout.height <= maxHeight) break;
+  }
+  return layout;
 }
 
 function nodeGpus(snap) {
@@ -138,9 +166,15 @@ function userGroups(snap) {
   snap.nodes.gpus.forEach((count, i) => { for (let g = 0; g < count; g++) nodeOf.push(i); });
   const taken = new Set();
   groups.push({ key: "mine", label: `my jobs (${mineSlots.length})`, depth: 0, ancestors: [], boxes: [] });
+  const bySlot = new Map(mineSlots.map((s) => [s, new Map()])); // slot -> node -> flat GPUs, in one pass
+  owner.forEach((o, flat) => {
+    const byNode = bySlot.get(o); if (!byNode) return;
+    taken.add(flat);
+    if (!byNode.has(nodeOf[flat])) byNode.set(nodeOf[flat], []);
+    byNode.get(nodeOf[flat]).push(flat);
+  });
   for (const slot of mineSlots) {
-    const byNode = new Map();
-    owner.forEach((o, flat) => { if (o === slot) { taken.add(flat); (byNode.get(nodeOf[flat]) || byNode.set(nodeOf[flat], []).get(nodeOf[flat])).push(flat); } });
+    const byNode = bySlot.get(slot);
     groups.push({ key: `job:${owners.job[slot]}`, label: `job ${owners.job[slot]} (${owners.gpus[slot]} GPUs)`, depth: 1,
                   ancestors: ["mine"], boxes: [...byNode].map(([node, gpus]) => nodeBox(snap, node, gpus)) });
   }
@@ -194,7 +228,10 @@ function render() {
   const t0 = performance.now();
   const canvas = document.getElementById("tiles");
   const width = Math.max(300, canvas.parentElement.clientWidth - (document.getElementById("node-panel").hidden ? 0 : 370));
-  ui.layout = buildLayout(snap, width);
+  // the height left in the window below the canvas's top (at least 300 px): the layout fits it if it can
+  const top = canvas.getBoundingClientRect().top + window.scrollY;
+  ui.layout = buildLayout(snap, width, Math.max(300, window.innerHeight - top - 8));
+  const { tile: TS, gap: GS } = ui.layout.scale;
   const ratio = window.devicePixelRatio || 1;
   canvas.width = width * ratio; canvas.height = ui.layout.height * ratio;
   canvas.style.width = `${width}px`; canvas.style.height = `${ui.layout.height}px`;
@@ -211,14 +248,14 @@ function render() {
       continue;
     }
     ctx.strokeStyle = "#30363d"; ctx.strokeRect(item.x + 0.5, item.y + 0.5, item.w - 1, item.h - 1);
-    const cols = Math.min(item.gpus.length, 4) || 1;
+    const cols = item.cols, mark = Math.max(2, Math.round(TS * 0.4));
     item.gpus.forEach((flat, k) => {
-      const x = item.x + 1 + GAP + (k % cols) * (TILE + GAP), y = item.y + 1 + GAP + Math.floor(k / cols) * (TILE + GAP);
-      ctx.fillStyle = tileColour(snap, flat); ctx.fillRect(x, y, TILE, TILE);
+      const x = item.x + 1 + GS + (k % cols) * (TS + GS), y = item.y + 1 + GS + Math.floor(k / cols) * (TS + GS);
+      ctx.fillStyle = tileColour(snap, flat); ctx.fillRect(x, y, TS, TS);
       const badges = parseInt(snap.gpus.badges[flat], 16);
       if (badges) {
         const bit = badges & 1 ? 1 : badges & 2 ? 2 : 4;
-        ctx.fillStyle = BADGE_COLOURS[bit]; ctx.fillRect(x + TILE - 4, y, 4, 4);
+        ctx.fillStyle = BADGE_COLOURS[bit]; ctx.fillRect(x + TS - mark, y, mark, mark);
       }
       ui.tileAt.push([x, y, flat, item.node]);
       tiles += 1;
@@ -229,6 +266,7 @@ function render() {
   if (ui.firstRenderMs === null) ui.firstRenderMs = performance.now();
   canvas.dataset.tiles = String(tiles); canvas.dataset.gpus = String(snap.gpus.count);
   canvas.dataset.renders = String(ui.renders); canvas.dataset.colour = ui.colour; canvas.dataset.layout = ui.layoutKind;
+  canvas.dataset.tile = String(TS);
   legend(snap);
 }
 
@@ -238,7 +276,8 @@ function hit(event) {
   for (const item of ui.layout.items) {
     if (x >= item.x && x < item.x + item.w && y >= item.y && y < item.y + item.h) {
       if (item.kind === "header") return { header: item };
-      const tile = ui.tileAt.find(([tx, ty, , node]) => node === item.node && x >= tx && x < tx + TILE && y >= ty && y < ty + TILE);
+      const t = ui.layout.scale.tile + Math.max(1, ui.layout.scale.gap); // a gap counts towards its tile
+      const tile = ui.tileAt.find(([tx, ty, , node]) => node === item.node && x >= tx && x < tx + t && y >= ty && y < ty + t);
       return { node: item.node, flat: tile ? tile[2] : null };
     }
   }
@@ -518,7 +557,8 @@ window.loadmaster = {
     const node = ui.snap.nodes.name.indexOf(name);
     const tile = ui.tileAt.find((t) => t[3] === node); if (!tile) return null;
     const r = document.getElementById("tiles").getBoundingClientRect();
-    return { x: r.left + tile[0] + TILE / 2, y: r.top + tile[1] + TILE / 2 };
+    const half = ui.layout.scale.tile / 2;
+    return { x: r.left + tile[0] + half, y: r.top + tile[1] + half };
   },
   setColour: (c) => { ui.colour = c; document.getElementById("colour").value = c; return refreshCluster(); },
   setLayout: (l) => { ui.layoutKind = l; document.getElementById("layout").value = l; render(); },
