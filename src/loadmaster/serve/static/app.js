@@ -333,37 +333,60 @@ async function showMe() {
   el.innerHTML = `<div class="cards"><div class="card">GPUs in use<b>${me.gpus_in_use}</b></div>
     <div class="card">my GPU efficiency<b>${me.efficiency_pct ?? "-"}${me.efficiency_pct === null ? "" : " %"}</b></div>
     <div class="card">running<b>${me.running.length}</b></div><div class="card">pending<b>${me.pending.length}</b></div></div>
-    <h3>Running</h3>${table(["job", "GPUs", "pool", "started", "efficiency"], me.running.map((j) =>
-      `<tr data-testid="my-job"><td><a data-job="${esc(j.id)}">${esc(j.id)}</a></td><td class="num">${j.gpus}</td><td>${esc(j.pool)}</td><td>${fmtTime(j.start_s)}</td><td class="num">${j.efficiency_pct ?? "-"} %</td></tr>`))}
-    <h3>Pending</h3>${table(["job", "GPUs", "queue", "position", "waiting", "why", "estimated start"], me.pending.map((p) =>
-      `<tr><td><a data-job="${esc(p.id)}">${esc(p.id)}</a></td><td class="num">${p.gpus}</td><td>${esc(p.queue)}</td><td class="num">${p.position}</td><td>${fmtDur(p.wait_s)}</td><td class="reason">${p.plugin ? `[${esc(p.plugin)}] ` : ""}${esc(p.reason)}</td><td>${fmtTime(p.estimated_start_s)}</td></tr>`))}
+    <h3>Running</h3>${dataTable("me-running", { testid: "my-job", sort: "start_s", desc: true, columns: [
+      { key: "id", label: "job", html: (j) => `<a data-job="${esc(j.id)}">${esc(j.id)}</a>` },
+      { key: "gpus", label: "GPUs", num: true }, { key: "pool", label: "pool" },
+      { key: "start_s", label: "started", html: (j) => fmtTime(j.start_s) },
+      { key: "efficiency_pct", label: "efficiency", num: true, html: (j) => `${j.efficiency_pct ?? "-"} %` }], rows: me.running })}
+    <h3>Pending</h3>${dataTable("me-pending", { columns: pendingColumns(false), rows: me.pending, empty: "nothing waiting" })}
     <div id="my-reclaim" data-testid="my-reclaim"></div>`;
   showNotices().catch((error) => { document.getElementById("my-reclaim").textContent = error.message; }); // reclaim.js
+}
+
+function pendingColumns(withUser) { // a pending job's row, in My jobs and in the queue
+  return [
+    { key: "position", label: "pos", num: true },
+    { key: "id", label: "job", html: (p) => `<a data-job="${esc(p.id)}">${esc(p.id)}</a>` },
+    ...(withUser ? [{ key: "user", label: "user" }] : [{ key: "queue", label: "queue" }]),
+    { key: "gpus", label: "GPUs", num: true },
+    { key: "wait_s", label: "waiting", num: true, html: (p) => fmtDur(p.wait_s) },
+    { key: "code", label: "code" },
+    { key: "reason", label: "why it waits", cls: "reason", value: (p) => `${p.plugin ? `[${p.plugin}] ` : ""}${p.reason}` },
+    { key: "estimated_start_s", label: "estimated start", html: (p) => fmtTime(p.estimated_start_s) },
+  ];
 }
 
 async function showQueue() {
   const q = await api("/api/queue");
   document.getElementById("view-queue").innerHTML = q.queues.map((queue) => `<h3>queue ${esc(queue.queue)}:
     ${queue.pending} pending, ${queue.gpus_wanted} GPUs wanted, oldest waits ${fmtDur(queue.oldest_wait_s)}${queue.hidden ? `, ${queue.hidden} of other users` : ""}</h3>
-    ${table(["pos", "job", "user", "GPUs", "waiting", "code", "why it waits", "estimated start"], queue.jobs.map((p) =>
-      `<tr data-testid="queue-job"><td class="num">${p.position}</td><td><a data-job="${esc(p.id)}">${esc(p.id)}</a></td><td>${esc(p.user)}</td><td class="num">${p.gpus}</td><td>${fmtDur(p.wait_s)}</td><td>${esc(p.code)}</td><td class="reason">${p.plugin ? `[${esc(p.plugin)}] ` : ""}${esc(p.reason)}</td><td>${fmtTime(p.estimated_start_s)}</td></tr>`))}`).join("") || "<p>Nothing is waiting.</p>";
+    ${dataTable(`queue-${queue.queue}`, { testid: "queue-job", sort: "position", columns: pendingColumns(true), rows: queue.jobs })}`).join("") || "<p>Nothing is waiting.</p>";
 }
 
 async function showOperator() {
   const s = await api("/api/operator/summary");
   const el = document.getElementById("view-operator");
   el.innerHTML = `<div class="cards">${Object.entries(s.by_state).map(([k, v]) => `<div class="card state-${k}">${k}<b>${v}</b></div>`).join("")}
-      <div class="card" title="allocated GPUs under 5 % utilisation in the last sample; the reclaim table below counts those idle for its whole window">allocated, idle now<b>${s.idle_allocated.gpus}</b></div></div>
+      <div class="card" id="idle-card" data-testid="idle-card" data-idle="${s.idle_allocated.gpus}" title="allocated GPUs under 5 % utilisation in the newest sample">idle GPUs<b>${s.idle_allocated.gpus}</b>
+        <span class="muted" id="idle-explain">allocated, under 5 % in the newest sample</span></div></div>
     <div class="controls">speed <input id="speed" type="number" min="0" value="${s.speed}" style="width:70px"> x
       <button id="speed-set">set</button> <span class="muted">${s.paused ? "paused" : ""}</span></div>
     <h3>Pools</h3>${table(["pool", "GPUs", "allocated", "free", "fragmented free", "largest free block", "queue", "GPUs wanted", "oldest wait"],
       s.pools.map((p) => `<tr><td>${esc(p.pool)}</td><td class="num">${p.gpus}</td><td class="num">${p.allocated}</td><td class="num">${p.free}</td><td class="num">${p.fragmented_free}</td><td class="num">${p.largest_free_block}</td><td class="num">${p.queue_length}</td><td class="num">${p.gpus_wanted}</td><td>${fmtDur(p.oldest_wait_s)}</td></tr>`))}
-    <h3>Unhealthy GPUs</h3>${table(["node", "GPU", "XID", "what it means"], s.unhealthy.map((u) => `<tr data-testid="unhealthy"><td>${esc(u.node)}</td><td>${u.gpu}</td><td class="num">${u.xid || ""}</td><td class="reason">${esc(u.meaning)}</td></tr>`))}
-    <h3>Jobs holding idle GPUs</h3>${table(["job", "idle GPUs"], s.idle_allocated.top_jobs.map((j) => `<tr><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td class="num">${j.idle_gpus}</td></tr>`))}
-    <h3>Usage by user</h3>${table(["user", "GPUs"], s.users.map((u) => `<tr><td>${esc(u.user)}</td><td class="num">${u.gpus}</td></tr>`))}
+    <div id="history" data-testid="history"><h3>Pools over time</h3><p class="muted">loading…</p></div>
+    <h3>Unhealthy GPUs</h3><p class="muted">XID meanings from NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)</p>
+    ${dataTable("unhealthy", { testid: "unhealthy", columns: [
+      { key: "node", label: "node" }, { key: "gpu", label: "GPU", num: true },
+      { key: "xid", label: "XID", num: true, html: (u) => u.xid || "" },
+      { key: "meaning", label: "what it means", cls: "reason" }], rows: s.unhealthy, empty: "every GPU is healthy" })}
     <div id="reclaim" data-testid="reclaim"><h3>Reclaim</h3><p class="muted">loading the reclaim report…</p></div>
-    <div id="ledger" data-testid="ledger"></div>`;
+    <div id="ledger" data-testid="ledger"></div>
+    <div id="groups" data-testid="groups"><h3>Groups</h3><p class="muted">loading…</p></div>
+    <h3>Usage by user</h3>${dataTable("users", { sort: "gpus", desc: true, columns: [
+      { key: "user", label: "user" }, { key: "gpus", label: "GPUs", num: true }], rows: s.users })}`;
   showLedger().catch((error) => { document.getElementById("ledger").textContent = error.message; }); // reclaim.js
+  showHistory(document.getElementById("history"));
+  showGroups(document.getElementById("groups"));
   showReclaim().catch((error) => {
     document.getElementById("reclaim").innerHTML = `<h3>Reclaim</h3><p class="error">${esc(error.message)}</p>`;
   });
@@ -380,12 +403,26 @@ async function showReclaim() { // idle / under-used allocated GPUs per job and u
     `under-used: p95 SM activity < ${r.rule.underused_p95_sm} over ${fmtDur(r.rule.underused_window_s)}`;
   const users = Object.entries(r.users).map(([u, c]) => `${esc(u)}: ${c.idle_gpus} idle, ${c.underused_gpus} under-used`).join("; ");
   document.getElementById("reclaim").innerHTML = `<h3>Reclaim: ${r.idle_gpus} GPUs idle for ${fmtDur(r.rule.idle_window_s)} or more, ${r.underused_gpus} under-used; ${r.wasted_gpu_hours.toFixed(1)} GPU-hours wasted</h3>
-    <p class="muted">${rule}; ranked by wasted GPU-hours</p><p class="muted">by user: ${users || "none"}</p>
-    ${table(["job", "user", "GPUs", "idle", "idle for", "wasted GPU-h", "under-used", "action"], r.jobs.map((j) =>
-      `<tr data-testid="reclaim-row"><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td>${esc(j.user)}</td><td class="num">${j.gpus}</td>
-       <td title="${esc(j.idle.join(" "))}" class="num">${j.idle.length}</td><td>${j.idle.length ? fmtDur(j.idle_for_s) : ""}</td><td class="num">${j.wasted_gpu_hours.toFixed(1)}</td>
-       <td title="${esc(j.underused.join(" "))}" class="num">${j.underused.length}</td>
-       <td class="reason">${esc(j.action)}</td></tr>`))}`;
+    <p class="muted">${rule}; ranked by wasted GPU-hours (click a header to sort, type to filter)</p><p class="muted">by user: ${users || "none"}</p>
+    ${dataTable("reclaim", { testid: "reclaim-row", sort: "wasted_gpu_hours", desc: true, columns: [
+      { key: "job", label: "job", html: (j) => `<a data-job="${esc(j.job)}">${esc(j.job)}</a>` },
+      { key: "user", label: "user" }, { key: "gpus", label: "GPUs", num: true },
+      { key: "idle_n", label: "idle", num: true, value: (j) => j.idle.length, html: (j) => `<span title="${esc(j.idle.join(" "))}">${j.idle.length}</span>` },
+      { key: "idle_for_s", label: "idle for", num: true, value: (j) => (j.idle.length ? j.idle_for_s : null), html: (j) => (j.idle.length ? fmtDur(j.idle_for_s) : "") },
+      { key: "wasted_gpu_hours", label: "wasted GPU-h", num: true, html: (j) => j.wasted_gpu_hours.toFixed(1) },
+      { key: "under_n", label: "under-used", num: true, value: (j) => j.underused.length, html: (j) => `<span title="${esc(j.underused.join(" "))}">${j.underused.length}</span>` },
+      { key: "action", label: "action", cls: "reason" },
+    ], rows: r.jobs })}`;
+  explainIdle(r);
+}
+
+function explainIdle(r) { // the operator page's one count of idle GPUs, reconciled with the reclaim table
+  const now = r.idle_now, card = document.getElementById("idle-card");
+  if (!now || !card) return;
+  card.dataset.idle = String(now.gpus); card.dataset.listed = String(now.listed); card.dataset.notListed = String(now.not_listed);
+  card.querySelector("b").textContent = String(now.gpus);
+  document.getElementById("idle-explain").textContent = `${now.listed} idle ${fmtDur(r.rule.idle_window_s)} or more (in Reclaim), ` +
+    `${now.not_listed} idle for less` + (now.listed_not_idle_now ? `; ${now.listed_not_idle_now} in Reclaim busy again now` : "");
 }
 
 async function showFindings(jobId) { // the diagnostics findings of the job's telemetry
@@ -432,15 +469,18 @@ async function showJob(jobId) {
   const findings = showFindings(jobId);
   const metric = document.getElementById("job-metric").value;
   const t = await api(`/api/jobs/${encodeURIComponent(jobId)}/telemetry?metric=${metric}`);
-  const x = t.times_s.map(fmtTime);
+  const x = t.times_s.map((s) => timeDate(s)); // a date axis: ticks read "Tue 13:05", not a day count
   if (t.ranks.length) await loadPlotly();
   if (window.Plotly && t.ranks.length) {
     Plotly.react("job-heatmap", [{ type: "heatmap", z: t.values, x, y: t.ranks, zmin: t.low, zmax: t.high, colorscale: "Viridis" }],
       { title: `${metric} (${t.unit}) per rank over time`, height: Math.min(600, 140 + 18 * t.ranks.length),
+        xaxis: { type: "date", tickformat: "%a %H:%M", hoverformat: "%a %H:%M:%S" },
         paper_bgcolor: "#0d1117", plot_bgcolor: "#0d1117", font: { color: "#e6edf3" }, margin: { l: 110, r: 20, t: 40, b: 60 } },
       { displayModeBar: false });
   }
-  document.getElementById("job-sparklines").innerHTML = t.ranks.map((rank, i) => `<span class="spark" data-testid="sparkline"><span>${esc(rank)}</span>${sparkline(t.values[i], t.low, t.high)}</span>`).join("");
+  const span = t.times_s.length ? `${fmtTick(t.times_s[0], 86400)} to ${fmtTick(t.times_s[t.times_s.length - 1], 86400)}` : "";
+  document.getElementById("job-sparklines").innerHTML = (t.ranks.length ? `<p class="muted">per rank, ${esc(metric)} from ${t.low} to ${t.high} ${esc(t.unit)}, ${span}</p>` : "") +
+    t.ranks.map((rank, i) => `<span class="spark" data-testid="sparkline"><span>${esc(rank)}</span>${sparkline(t.values[i], t.low, t.high, t.unit)}</span>`).join("");
   await findings;
 }
 
@@ -455,11 +495,15 @@ function loadPlotly() { // plotly.js is 4.8 MB: fetched only when a chart is fir
   return plotlyLoading;
 }
 
-function sparkline(values, low, high) {
-  const w = 160, h = 26, n = values.length;
+function sparkline(values, low, high, unit = "") { // a line with its scale: low and high at the left, the last value at the right
+  const w = 160, h = 26, l = 34, r = 40, n = values.length;
   if (!n) return "<svg></svg>";
-  const pts = values.map((v, i) => v === null ? null : `${(i / Math.max(1, n - 1)) * w},${h - ((v - low) / (high - low)) * h}`).filter(Boolean);
-  return `<svg width="${w}" height="${h}"><polyline fill="none" stroke="#58a6ff" stroke-width="1.2" points="${pts.join(" ")}"/></svg>`;
+  const pts = values.map((v, i) => v === null ? null : `${l + (i / Math.max(1, n - 1)) * w},${h - ((v - low) / (high - low)) * (h - 2) - 1}`).filter(Boolean);
+  const last = [...values].reverse().find((v) => v !== null);
+  return `<svg width="${l + w + r}" height="${h}" class="sparkline"><line x1="${l}" x2="${l}" y1="0" y2="${h}" class="grid"/>
+    <text x="${l - 3}" y="8" text-anchor="end" class="tick" data-scale="high">${high}</text><text x="${l - 3}" y="${h - 1}" text-anchor="end" class="tick" data-scale="low">${low}</text>
+    <polyline fill="none" stroke="#58a6ff" stroke-width="1.2" points="${pts.join(" ")}"/>
+    <text x="${l + w + 4}" y="${h / 2 + 4}" class="tick" data-scale="last">${last === undefined ? "-" : `${last} ${esc(unit)}`}</text></svg>`;
 }
 
 // ---- navigation --------------------------------------------------------------------------------
