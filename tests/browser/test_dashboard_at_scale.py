@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dashboard_browser import chromium, open_page, serving, shot
-from loadmaster.serve import DemoOptions, build_demo, create_app
+from loadmaster.serve import DemoOptions, build_demo, create_app, viewroutes
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -21,8 +21,11 @@ WIDTH, HEIGHT = 1920, 1080
 
 @pytest.fixture(scope="module")
 def big() -> Iterator[tuple[str, Any]]:
-    demo = build_demo(DemoOptions(gpus=10_000, days=1.0, history_s=600.0))
-    with serving(create_app(demo, run_stepper=False)) as base:
+    demo = build_demo(DemoOptions(gpus=10_000, days=1.0, history_s=1800.0))  # the reclaim window is 30 min
+    app = create_app(demo, run_stepper=False)
+    if not any(getattr(r, "path", "") == "/api/operator/history" for r in app.routes):
+        app.include_router(viewroutes.router)
+    with serving(app) as base:
         yield base, demo
 
 
@@ -56,4 +59,35 @@ def test_ten_thousand_gpus_fit_one_screen(big: tuple[str, Any], browser: Any, ro
     page.mouse.move(point["x"], point["y"])
     assert demo.sim.nodes.nodes[-1].name in page.inner_text("#tooltip")
     shot(page, f"10k-{role}-{layout}")
+    page.close()
+
+
+def test_the_long_reclaim_table_pages_in_rank_order(big: tuple[str, Any], browser: Any) -> None:
+    base, demo = big
+    page = open_page(browser, base, demo.tokens.token_of("operator"), width=WIDTH, height=HEIGHT)
+    page.click("#tabs button[data-view=operator]")
+    page.wait_for_selector("[data-testid=reclaim-row]", timeout=120_000)
+    page.wait_for_selector("[data-testid=history-chart]", timeout=60_000)
+    table = page.locator("#dt-reclaim table")
+    total = int(table.get_attribute("data-rows") or 0)
+    assert total > 50, f"only {total} reclaim rows at 10,000 GPUs"  # more than two pages
+
+    def wasted() -> list[float]:
+        return [
+            float(r.locator("td").nth(5).inner_text())
+            for r in page.locator("[data-testid=reclaim-row]").all()
+        ]
+
+    first = wasted()
+    assert len(first) == 25
+    page.click("#dt-reclaim button[data-dt-page='1']")
+    page.wait_for_selector("#dt-reclaim table[data-page='1']")
+    second = wasted()
+    assert len(second) == 25 and first + second == sorted(first + second, reverse=True)
+    assert "26–50 of" in page.locator("#dt-reclaim .dt-info").inner_text()
+    page.select_option("#dt-reclaim .dt-size", "500")
+    page.wait_for_function(
+        f"document.querySelectorAll('[data-testid=reclaim-row]').length === {min(total, 500)}"
+    )
+    shot(page, "10k-operator")
     page.close()
