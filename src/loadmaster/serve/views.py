@@ -638,7 +638,8 @@ def pool_history(demo: Dashboard, window_s: float | None = None) -> Json:
     Allocation is read from the ownership frames the time scrubber uses (the frame at or before each
     time); utilisation is the mean over the pool's GPUs that reported in each step (free GPUs report
     0 %, so it is the pool's utilisation, not its jobs' efficiency); the queue counts jobs submitted
-    at or before the time that had not started by it (a job still pending now counts until now).
+    at or before the time that had not started by it (a job still pending now counts until now);
+    ``queue_any_pool`` counts the jobs that name no pool (a live cluster's pods may run anywhere).
     """
     sim = demo.sim
     now, oldest = demo.now_s, demo.oldest_s
@@ -667,6 +668,7 @@ def pool_history(demo: Dashboard, window_s: float | None = None) -> Json:
             }
             for p, pool in enumerate(pools)
         ],
+        "queue_any_pool": _queue_over(demo, None, times).tolist(),
     }
 
 
@@ -687,7 +689,7 @@ def _pool_util(demo: Dashboard, in_pool: npt.NDArray[np.bool_], times: FloatArra
     return out
 
 
-def _queue_over(demo: Dashboard, pool: str, times: FloatArray) -> npt.NDArray[np.int64]:
+def _queue_over(demo: Dashboard, pool: str | None, times: FloatArray) -> npt.NDArray[np.int64]:
     sim = demo.sim
     numbers = [
         n for n, trace in enumerate(sim.jobs) if trace.job.pool == pool and trace.job.submit_s <= sim.now_s
@@ -706,13 +708,21 @@ def _queue_over(demo: Dashboard, pool: str, times: FloatArray) -> npt.NDArray[np
     return counts
 
 
-def _quotas(demo: Dashboard) -> Quota | None:
-    """The scheduler's quota plugin, when its profile has one (the ``fair`` profile; ``sds`` has none)."""
+NO_SCHEDULER = (
+    "this server does not run the scheduler (live mode reads the cluster; quotas live in the profile "
+    "of `loadmaster kube run`): usage and demand are shown"
+)
+NO_QUOTA = "the scheduler's profile has no quota plugin: groups have no nominal quota and nothing to borrow"
+
+
+def _quotas(demo: Dashboard) -> tuple[Quota | None, str | None]:
+    """The scheduler's quota plugin when its profile has one (the ``fair`` profile; ``sds`` has none),
+    else a note saying why there is none: the demo runs the scheduler in process, live mode does not."""
     scheduler = getattr(demo.sim, "scheduler", None)
     if not isinstance(scheduler, Scheduler):
-        return None
+        return None, NO_SCHEDULER
     found = scheduler.profile.of(Quota)
-    return found[0] if found else None
+    return (found[0], None) if found else (None, NO_QUOTA)
 
 
 def groups_view(demo: Dashboard) -> Json:
@@ -740,7 +750,7 @@ def groups_view(demo: Dashboard) -> Json:
         pending[waiting.job.group] += 1
         wanted[waiting.job.group] += waiting.job.gpus
         users[waiting.job.group].add(waiting.job.user)
-    quota = _quotas(demo)
+    quota, note = _quotas(demo)
     orgs = quota.settings.orgs if quota is not None else {}
     org_of = quota.org_of if quota is not None else {}
     total_used = sum(used.values())
@@ -772,10 +782,7 @@ def groups_view(demo: Dashboard) -> Json:
     return {
         "time_s": sim.now_s,
         "quota": quota is not None,
-        "note": None
-        if quota is not None
-        else "the scheduler's profile has no quota plugin: "
-        "groups have no nominal quota and nothing to borrow; usage and demand are shown",
+        "note": note,
         "groups": rows,
         "orgs": cohorts,
     }

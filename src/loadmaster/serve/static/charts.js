@@ -90,13 +90,14 @@ async function showHistory(el) {
     `<option value="${s}"${s === historyView.windowS ? " selected" : ""}>${label}</option>`).join("")}</select></label>`;
   el.innerHTML = `<h3>Pools over time</h3><div class="controls">${picker}
       <span class="muted">${fmtTime(h.times_s[0])} to ${fmtTime(h.time_s)}, a point every ${fmtDur(h.step_s)}; history kept from ${fmtTime(h.oldest_s)}</span></div>
-    ${chartLegend(names)}<div class="charts">
+    ${chartLegend(names)}${h.queue_any_pool.some((v) => v > 0) ? '<span class="muted">grey: jobs waiting that name no pool</span>' : ""}<div class="charts">
     ${lineChart({ title: "GPUs allocated (% of the pool)", unit: "%", times: h.times_s, yMax: 100, testid: "history-chart",
                   series: h.pools.map((p) => ({ name: `${p.pool} (${p.gpus} GPUs)`, values: pct(p) })) })}
     ${lineChart({ title: "mean GPU utilisation", unit: "%", times: h.times_s, yMax: 100, testid: "history-chart",
                   series: h.pools.map((p) => ({ name: p.pool, values: p.util_pct })) })}
     ${lineChart({ title: "jobs waiting", unit: "", times: h.times_s, integer: true, testid: "history-chart",
-                  series: h.pools.map((p) => ({ name: p.pool, values: p.queue })) })}</div>`;
+                  series: [...h.pools.map((p) => ({ name: p.pool, values: p.queue })),
+                           ...(h.queue_any_pool.some((v) => v > 0) ? [{ name: "any pool", values: h.queue_any_pool, colour: "#8b949e" }] : [])] })}</div>`;
   document.getElementById("history-range").onchange = (e) => { historyView.windowS = Number(e.target.value); showHistory(el); };
 }
 
