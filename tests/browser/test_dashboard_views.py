@@ -152,3 +152,20 @@ def test_queue_has_reasons_from_the_start(server: tuple[str, Any], browser: Any)
     assert len(rows) == min(25, len(demo.sim.cluster.pending)) > 0
     assert all(r.locator("td").nth(6).inner_text().strip() for r in rows)  # why it waits
     page.close()
+
+
+def test_a_nodes_panel_says_what_is_wrong_with_an_unhealthy_gpu(
+    server: tuple[str, Any], browser: Any
+) -> None:
+    base, demo = server
+    bad = views.operator_summary(demo)["unhealthy"]
+    assert bad, "the demo injects XID and ECC faults; none is unhealthy now"
+    node, gpu, meaning = bad[0]["node"], bad[0]["gpu"], bad[0]["meaning"]
+    page = open_page(browser, base, demo.tokens.token_of("operator"))
+    point = page.evaluate(f"window.loadmaster.nodeTile({node!r})")
+    page.mouse.click(point["x"], point["y"])
+    page.wait_for_selector(f"#node-panel[data-node='{node}']")
+    problem = page.locator(f"#node-panel [data-testid=node-gpu][data-gpu='{gpu}'] [data-testid=gpu-problem]")
+    assert problem.inner_text() == meaning  # "XID 79: GPU has fallen off the bus..." or the ECC errors
+    assert "xid" not in meaning.split()  # words, not a badge bit
+    page.close()

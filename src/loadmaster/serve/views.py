@@ -238,6 +238,8 @@ def node_view(demo: Dashboard, principal: Principal, name: str) -> Json:
     owner = demo.index.flat(demo.sim.owner)
     state, badges = gpu_states(demo, owner, None)
     values = {key: m.read(demo, None)[part] for key, m in METRICS.items()}
+    xid = np.nan_to_num(demo.telemetry.values("XID_ERRORS"))[part]
+    dbe = np.nan_to_num(demo.telemetry.values("ECC_DBE_VOL_TOTAL"))[part]
     gpus = []
     for offset, flat in enumerate(range(part.start, part.stop)):
         number = int(owner[flat])
@@ -248,6 +250,8 @@ def node_view(demo: Dashboard, principal: Principal, name: str) -> Json:
                 "gpu": offset,
                 "state": STATES[int(state[flat])],
                 "badges": [b for b, bit in BADGES.items() if int(badges[flat], 16) & bit],
+                "xid": int(xid[offset]),
+                "problem": _unhealthy_meaning(int(xid[offset]), float(dbe[offset])) or None,
                 "job": (job.id if seen else OTHERS) if job is not None else None,
                 "user": (job.user if seen else OTHERS) if job is not None else None,
                 **{key: _round(float(v[offset])) for key, v in values.items()},

@@ -301,11 +301,11 @@ async function openNode(node) {
   panel.hidden = false;
   panel.dataset.node = name;
   panel.innerHTML = `<b>${esc(name)}</b> <a id="close-node">close</a><div class="muted">${esc(data.pool)} / ${esc(data.zone)} / ${esc(data.rack)} · ${esc(data.resource_type)}</div>
-    <table><tr><th>GPU</th><th>state</th><th>job</th><th class="num">util</th><th class="num">mem%</th><th class="num">W</th><th class="num">°C</th><th>badges</th></tr>
+    <table><tr><th>GPU</th><th>state</th><th>job</th><th class="num">util</th><th class="num">mem%</th><th class="num">W</th><th class="num">°C</th><th>problem</th></tr>
     ${data.gpus.map((g) => `<tr data-testid="node-gpu" data-gpu="${g.gpu}"><td>${g.gpu}</td><td class="state-${g.state}">${g.state}</td>
       <td>${g.job && g.job !== "others" ? `<a data-job="${esc(g.job)}">${esc(g.job)}</a>` : esc(g.job || "")}</td>
       <td class="num">${g.util ?? "-"}</td><td class="num">${g.memory ?? "-"}</td><td class="num">${g.power ?? "-"}</td><td class="num">${g.temp ?? "-"}</td>
-      <td>${g.badges.join(" ")}</td></tr>`).join("")}</table>`;
+      <td class="reason" data-testid="gpu-problem">${g.problem ? esc(g.problem) : esc(g.badges.join(" "))}</td></tr>`).join("")}</table>`;
   document.getElementById("close-node").onclick = () => { panel.hidden = true; render(); };
   render();
 }
