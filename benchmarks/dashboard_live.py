@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -113,6 +115,8 @@ def serve_live(gpus: int, port: int, ready_file: Path) -> None:
     from loadmaster.serve.livecluster import LiveDashboard, LiveTiming  # noqa: PLC0415
     from loadmaster.telemetry.prometheus import PrometheusStore  # noqa: PLC0415
 
+    # the parent ends this child with SIGTERM: turn it into SystemExit so `finally` stops Prometheus
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     started = time.perf_counter()
     demo = build_demo(DemoOptions(gpus=gpus, days=2.0, history_s=1800.0))
     exporter = MetricsServer(lambda: labelled(demo), host="127.0.0.1", port=0).start()
