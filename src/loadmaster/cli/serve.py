@@ -13,6 +13,7 @@ from loadmaster.cli.output import console, working
 from loadmaster.errors import ConfigError
 from loadmaster.serve import DemoOptions, build_demo, create_app
 from loadmaster.serve.config import ServeConfig, load_serve_config
+from loadmaster.serve.demo import DEMO_LOAD
 from loadmaster.serve.identity import Authenticator
 from loadmaster.serve.livecluster import LiveDashboard, LiveTiming
 from loadmaster.serve.reclaimloop import ReclaimLoop, loop_from_config
@@ -33,6 +34,12 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
         int | None, typer.Option(min=8, help="Instead, the lab cluster scaled to about this many GPUs")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the workload, scheduler and telemetry")] = 0,
+    load: Annotated[
+        float,
+        typer.Option(
+            min=0.01, max=10, help="Offered load of the demo's workload (1.1: a queue from the start)"
+        ),
+    ] = DEMO_LOAD,
     tokens_file: Annotated[Path, typer.Option(help="Where to write the demo users' tokens (JSON)")] = Path(
         "out/serve-tokens.json"
     ),
@@ -71,7 +78,9 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
         uvicorn.run(app, host=host, port=port, log_level="warning")
         return
     started = time.perf_counter()
-    options = DemoOptions(cluster=cluster, gpus=cluster_gpus, profile=profile, speed=speed, seed=seed)
+    options = DemoOptions(
+        cluster=cluster, gpus=cluster_gpus, profile=profile, speed=speed, seed=seed, load=load
+    )
     size = f"about {cluster_gpus:,} GPUs" if cluster_gpus else f"cluster {cluster}"
     with working(f"Building the demo ({size}) and simulating its warm-up"):
         running = build_demo(options)

@@ -25,6 +25,8 @@ from loadmaster.diagnostics import diagnose, frame_from_store
 from loadmaster.diagnostics.reclaim import ReclaimRule, reclaim_report
 from loadmaster.errors import LoadmasterError
 from loadmaster.model import MILLI_PER_GPU, Job, PendingJob, TaskPlacement
+from loadmaster.scheduling import Scheduler
+from loadmaster.scheduling.plugins.quota import Quota
 from loadmaster.serve.auth import AuthError, Principal, can_see_job
 from loadmaster.serve.dashboard import Dashboard, placements_of
 from loadmaster.serve.live import FREE
@@ -236,6 +238,8 @@ def node_view(demo: Dashboard, principal: Principal, name: str) -> Json:
     owner = demo.index.flat(demo.sim.owner)
     state, badges = gpu_states(demo, owner, None)
     values = {key: m.read(demo, None)[part] for key, m in METRICS.items()}
+    xid = np.nan_to_num(demo.telemetry.values("XID_ERRORS"))[part]
+    dbe = np.nan_to_num(demo.telemetry.values("ECC_DBE_VOL_TOTAL"))[part]
     gpus = []
     for offset, flat in enumerate(range(part.start, part.stop)):
         number = int(owner[flat])
@@ -246,6 +250,8 @@ def node_view(demo: Dashboard, principal: Principal, name: str) -> Json:
                 "gpu": offset,
                 "state": STATES[int(state[flat])],
                 "badges": [b for b, bit in BADGES.items() if int(badges[flat], 16) & bit],
+                "xid": int(xid[offset]),
+                "problem": _unhealthy_meaning(int(xid[offset]), float(dbe[offset])) or None,
                 "job": (job.id if seen else OTHERS) if job is not None else None,
                 "user": (job.user if seen else OTHERS) if job is not None else None,
                 **{key: _round(float(v[offset])) for key, v in values.items()},
@@ -594,4 +600,193 @@ def reclaim_view(demo: Dashboard) -> Json:
     rule's sample is at least one telemetry step, so coverage is judged fairly."""
     rule = ReclaimRule(sample_s=max(ReclaimRule().sample_s, demo.options.telemetry_step_s))
     starts = {job_id: record.start_s for job_id, record in demo.sim.records.items()}
-    return reclaim_report(demo.store, demo.now_s, rule, job_starts=starts).to_dict()
+    report = reclaim_report(demo.store, demo.now_s, rule, job_starts=starts).to_dict()
+    return {**report, "idle_now": idle_now(demo, report)}
+
+
+def idle_now(demo: Dashboard, report: Json) -> Json:
+    """How a reclaim report's idle GPUs relate to the GPUs idle in the newest sample (the operator
+    page's card), so the page shows one count of idle GPUs and explains the rest.
+
+    A GPU is idle now when it is allocated and under :data:`IDLE_UTIL_PCT` in the newest sample; the
+    reclaim table lists only those idle in every sample of its window (``rule.idle_window_s``), so
+    ``listed`` of the ``gpus`` idle now are in the table and ``not_listed`` became idle more recently
+    (or have too little telemetry for the rule's coverage). ``listed_not_idle_now`` should be 0; a
+    GPU there woke up between the reclaim window's last sample and now.
+    """
+    owner = demo.index.flat(demo.sim.owner)
+    state, _ = gpu_states(demo, owner, None)
+    names = [n.name for n in demo.sim.nodes.nodes]
+    now = {
+        f"{names[int(demo.index.node[i])]}/{int(demo.index.gpu[i])}"
+        for i in np.flatnonzero(np.frombuffer(state.encode(), dtype=np.uint8) == ord("2"))
+    }
+    listed = {gpu for job in report["jobs"] for gpu in job["idle"]}
+    return {
+        "gpus": len(now),
+        "listed": len(now & listed),
+        "not_listed": len(now - listed),
+        "listed_not_idle_now": len(listed - now),
+        "idle_util_pct": IDLE_UTIL_PCT,
+    }
+
+
+HISTORY_POINTS = 120
+"""Points per series of the operator's history charts (the step grows with the range)."""
+
+
+def pool_history(demo: Dashboard, window_s: float | None = None) -> Json:
+    """Per pool over the kept history (or its newest ``window_s``): GPUs allocated, mean GPU
+    utilisation and jobs waiting, at most :data:`HISTORY_POINTS` times, for the operator's charts.
+
+    Allocation is read from the ownership frames the time scrubber uses (the frame at or before each
+    time); utilisation is the mean over the pool's GPUs that reported in each step (free GPUs report
+    0 %, so it is the pool's utilisation, not its jobs' efficiency); the queue counts jobs submitted
+    at or before the time that had not started by it (a job still pending now counts until now);
+    ``queue_any_pool`` counts the jobs that name no pool (a live cluster's pods may run anywhere).
+    """
+    sim = demo.sim
+    now, oldest = demo.now_s, demo.oldest_s
+    span = now - oldest if window_s is None else min(max(window_s, 0.0), now - oldest)
+    step = max(demo.options.telemetry_step_s, span / HISTORY_POINTS) if span > 0 else 1.0
+    times = np.arange(now - span, now + step / 2, step)[-HISTORY_POINTS - 1 :]
+    pools = list(sim.nodes.pools)
+    pool_of_gpu = np.asarray(sim.nodes.pool_index)[demo.index.node]
+    allocated = np.zeros((len(pools), times.size), dtype=np.int64)
+    for k, t in enumerate(times):
+        held = demo.index.flat(sim.frame_at(float(t)).owner) != FREE
+        allocated[:, k] = np.bincount(pool_of_gpu[held], minlength=len(pools))
+    return {
+        "time_s": now,
+        "oldest_s": oldest,
+        "window_s": span,
+        "step_s": step,
+        "times_s": [round(float(t), 1) for t in times],
+        "pools": [
+            {
+                "pool": pool,
+                "gpus": int(np.count_nonzero(pool_of_gpu == p)),
+                "allocated": allocated[p].tolist(),
+                "util_pct": [_round(float(v)) for v in _pool_util(demo, pool_of_gpu == p, times, step)],
+                "queue": _queue_over(demo, pool, times).tolist(),
+            }
+            for p, pool in enumerate(pools)
+        ],
+        "queue_any_pool": _queue_over(demo, None, times).tolist(),
+    }
+
+
+def _pool_util(demo: Dashboard, in_pool: npt.NDArray[np.bool_], times: FloatArray, step: float) -> FloatArray:
+    series = sorted({int(s) for s in demo.telemetry.series_of_gpu[in_pool] if s >= 0})
+    if not series or times.size == 0:
+        return np.full(times.size, np.nan)
+    # each point is the mean of the step before it: buckets [t - step, t), so the newest point has data
+    got = demo.store.range(field("GPU_UTIL"), series, float(times[0]) - step, float(times[-1]), step)
+    counts = np.sum(np.isfinite(got.mean), axis=0)
+    sums = np.nansum(got.mean, axis=0)
+    means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    out = np.full(times.size, np.nan)
+    if got.times_s.size:
+        at = np.rint((times - step - got.times_s[0]) / step).astype(np.int64)
+        ok = (at >= 0) & (at < means.size)
+        out[ok] = means[at[ok]]
+    return out
+
+
+def _queue_over(demo: Dashboard, pool: str | None, times: FloatArray) -> npt.NDArray[np.int64]:
+    sim = demo.sim
+    numbers = [
+        n for n, trace in enumerate(sim.jobs) if trace.job.pool == pool and trace.job.submit_s <= sim.now_s
+    ]
+    if not numbers:
+        return np.zeros(times.size, dtype=np.int64)
+    submit = np.array([sim.jobs[n].job.submit_s for n in numbers])
+    start = np.asarray(sim.log.start, dtype=np.float64)[numbers]
+    pending_now = np.array([sim.jobs[n].job.id in sim.cluster.pending for n in numbers])
+    # a job pending now waits until now (one put back in the queue by preemption counts from its
+    # submission: an over-count of its earlier run); one that never started and is not pending was
+    # rejected and never queued
+    start = np.where(pending_now, np.inf, np.where(np.isnan(start), -np.inf, start))
+    waiting = (submit[:, None] <= times[None, :]) & (start[:, None] > times[None, :])
+    counts: npt.NDArray[np.int64] = np.count_nonzero(waiting, axis=0).astype(np.int64)
+    return counts
+
+
+NO_SCHEDULER = (
+    "this server does not run the scheduler (live mode reads the cluster; quotas live in the profile "
+    "of `loadmaster kube run`): usage and demand are shown"
+)
+NO_QUOTA = "the scheduler's profile has no quota plugin: groups have no nominal quota and nothing to borrow"
+
+
+def _quotas(demo: Dashboard) -> tuple[Quota | None, str | None]:
+    """The scheduler's quota plugin when its profile has one (the ``fair`` profile; ``sds`` has none),
+    else a note saying why there is none: the demo runs the scheduler in process, live mode does not."""
+    scheduler = getattr(demo.sim, "scheduler", None)
+    if not isinstance(scheduler, Scheduler):
+        return None, NO_SCHEDULER
+    found = scheduler.profile.of(Quota)
+    return (found[0], None) if found else (None, NO_QUOTA)
+
+
+def groups_view(demo: Dashboard) -> Json:
+    """Each group's usage, waiting demand and quota, as Kueue's cohorts and Slurm's ``sshare`` show them.
+
+    ``used`` counts the GPUs of the group's running jobs; ``share_pct`` is its part of all GPUs in use
+    (Slurm's effective usage). Where the scheduler's profile has the ``quota`` plugin, each group also
+    has its organisation (a Kueue cohort), ``nominal`` (guaranteed GPUs), ``borrowing_limit`` and
+    ``lending_limit`` (None: unlimited), ``borrowed`` (GPUs used above nominal, lent by the
+    organisation's other groups or its unassigned GPUs) and ``unused_nominal`` (nominal GPUs the
+    group leaves for others to borrow); ``nominal_share_pct`` is the nominal's part of its
+    organisation (Slurm's normalised shares).
+    """
+    sim = demo.sim
+    used: defaultdict[str, float] = defaultdict(float)
+    jobs: Counter[str] = Counter()
+    users: defaultdict[str, set[str]] = defaultdict(set)
+    pending: Counter[str] = Counter()
+    wanted: defaultdict[str, float] = defaultdict(float)
+    for running in sim.cluster.running.values():
+        used[running.job.group] += running.job.gpus
+        jobs[running.job.group] += 1
+        users[running.job.group].add(running.job.user)
+    for waiting in sim.cluster.pending.values():
+        pending[waiting.job.group] += 1
+        wanted[waiting.job.group] += waiting.job.gpus
+        users[waiting.job.group].add(waiting.job.user)
+    quota, note = _quotas(demo)
+    orgs = quota.settings.orgs if quota is not None else {}
+    org_of = quota.org_of if quota is not None else {}
+    total_used = sum(used.values())
+    rows = []
+    for group in sorted(set(used) | set(pending) | set(org_of)):
+        row: Json = {
+            "group": group, "org": org_of.get(group), "used": round(used[group], 3),
+            "running_jobs": jobs[group], "pending_jobs": pending[group],
+            "gpus_wanted": round(wanted[group], 3), "users": len(users[group]),
+            "share_pct": _round(100.0 * used[group] / total_used if total_used else None),
+            "nominal": None, "borrowing_limit": None, "lending_limit": None, "borrowed": None,
+            "unused_nominal": None, "nominal_share_pct": None,
+        }  # fmt: skip
+        org = org_of.get(group)
+        if org is not None:
+            q = orgs[org].groups[group]
+            row |= {
+                "nominal": q.nominal, "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit,
+                "borrowed": round(max(0.0, used[group] - q.nominal), 3),
+                "unused_nominal": round(max(0.0, q.nominal - used[group]), 3),
+                "nominal_share_pct": _round(100.0 * q.nominal / orgs[org].total if orgs[org].total else None),
+            }  # fmt: skip
+        rows.append(row)
+    cohorts = [
+        {"org": org, "nominal": q.total, "unassigned": q.unassigned, "groups": sorted(q.groups),
+         "used": round(sum(used[g] for g in q.groups), 3)}
+        for org, q in orgs.items()
+    ]  # fmt: skip
+    return {
+        "time_s": sim.now_s,
+        "quota": quota is not None,
+        "note": note,
+        "groups": rows,
+        "orgs": cohorts,
+    }

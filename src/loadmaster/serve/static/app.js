@@ -4,7 +4,7 @@
 
 const STATE_COLOURS = ["#2d333b", "#2f81f7", "#d29922", "#f85149"];
 const BADGE_COLOURS = { 1: "#ff4d4f", 2: "#d63af9", 4: "#ff9d00" };
-const TILE = 10, GAP = 2, PAD = 4, HEADER = 18;
+const HEADER = 18;
 
 const ui = {
   token: null, me: null, snap: null, layout: null, collapsed: new Set(),
@@ -67,33 +67,61 @@ function saveSettings() {
 // ---- layout: groups of node boxes of GPU tiles -------------------------------------------------
 // A layout is a list of items: {kind: "header", key, label, depth, x, y, w, h} and
 // {kind: "node", node, gpus: [flat indices], x, y, w, h}. Tiles are placed inside node boxes.
-function nodeBox(snap, node, gpus) {
+// The layout fits the window: when the full layout (10 px tiles, a header per rack or job) is taller
+// than the space left in the window, the tiles shrink and the deep groups (racks, zones, jobs) lose
+// their header rows and flow inline, a wider gap between them; hovering names every GPU's node and
+// owner. So 10,000 GPUs fit one 1920x1080 screen, as NSML Insight draws its whole cluster.
+const SCALES = [10, 8, 6, 5, 4, 3, 2].flatMap((tile) => [9, 1, 0].map((headers) => ({
+  tile, gap: tile >= 10 ? 2 : tile > 2 ? 1 : 0, pad: tile >= 10 ? 4 : tile >= 6 ? 3 : 2,
+  headers, // the deepest group depth that keeps its header row; deeper groups flow inline
+}))); // tried in order, largest tiles first; the first that fits the window is drawn
+function nodeBox(snap, node, gpus, scale = SCALES[0]) {
   const cols = Math.min(gpus.length, 4) || 1;
   const rows = Math.ceil(gpus.length / cols) || 1;
-  return { kind: "node", node, gpus, w: cols * (TILE + GAP) + GAP + 2, h: rows * (TILE + GAP) + GAP + 2 };
+  const step = scale.tile + scale.gap;
+  return { kind: "node", node, gpus, cols, w: cols * step + scale.gap + 2, h: rows * step + scale.gap + 2 };
 }
 
-function buildLayout(snap, width) {
-  const groups = ui.layoutKind === "user" ? userGroups(snap) : hierarchyGroups(snap);
+function layoutAt(groups, width, scale) {
   const items = [];
-  let y = 0;
+  let y = 0, x = 0, rowH = 0, flowing = false;
+  const newline = (x0) => { if (flowing) { y += rowH + scale.pad + 2; } x = x0; rowH = 0; flowing = false; };
   for (const group of groups) {
     const collapsed = ui.collapsed.has(group.key) || group.ancestors.some((k) => ui.collapsed.has(k));
     if (group.ancestors.some((k) => ui.collapsed.has(k))) continue;
-    const x0 = group.depth * 14;
-    items.push({ kind: "header", key: group.key, label: group.label, collapsed, depth: group.depth,
-                 x: x0, y, w: width - x0, h: HEADER });
-    y += HEADER;
-    if (collapsed || !group.boxes.length) continue;
-    let x = x0, rowH = 0;
-    for (const box of group.boxes) {
-      if (x + box.w > width && x > x0) { x = x0; y += rowH + PAD; rowH = 0; }
-      items.push({ ...box, x, y });
-      x += box.w + PAD; rowH = Math.max(rowH, box.h);
+    const headed = group.depth <= scale.headers;
+    const x0 = Math.min(group.depth, scale.headers) * 14;
+    if (headed) {
+      newline(x0);
+      items.push({ kind: "header", key: group.key, label: group.label, collapsed, depth: group.depth,
+                   x: x0, y, w: width - x0, h: HEADER });
+      y += HEADER;
+      if (collapsed) continue;
+    } else if (flowing && group.boxes.length) {
+      x += 3 * scale.pad; // an inline group: a wider gap marks where it begins
     }
-    y += rowH + PAD + 2;
+    if (!group.boxes.length) continue;
+    if (!flowing) x = x0;
+    for (const spec of group.boxes) {
+      const box = nodeBox(null, spec.node, spec.gpus, scale);
+      if (x + box.w > width && x > x0) { x = x0; y += rowH + scale.pad; rowH = 0; }
+      items.push({ ...box, x, y, group: group.key });
+      x += box.w + scale.pad; rowH = Math.max(rowH, box.h);
+      flowing = true;
+    }
   }
-  return { items, height: y + 4 };
+  if (flowing) y += rowH + scale.pad + 2;
+  return { items, height: y + 4, scale };
+}
+
+function buildLayout(snap, width, maxHeight = Infinity) {
+  const groups = ui.layoutKind === "user" ? userGroups(snap) : hierarchyGroups(snap);
+  let layout = null;
+  for (const scale of SCALES) {
+    layout = layoutAt(groups, width, scale);
+    if (layout.height <= maxHeight) break;
+  }
+  return layout;
 }
 
 function nodeGpus(snap) {
@@ -138,9 +166,15 @@ function userGroups(snap) {
   snap.nodes.gpus.forEach((count, i) => { for (let g = 0; g < count; g++) nodeOf.push(i); });
   const taken = new Set();
   groups.push({ key: "mine", label: `my jobs (${mineSlots.length})`, depth: 0, ancestors: [], boxes: [] });
+  const bySlot = new Map(mineSlots.map((s) => [s, new Map()])); // slot -> node -> flat GPUs, in one pass
+  owner.forEach((o, flat) => {
+    const byNode = bySlot.get(o); if (!byNode) return;
+    taken.add(flat);
+    if (!byNode.has(nodeOf[flat])) byNode.set(nodeOf[flat], []);
+    byNode.get(nodeOf[flat]).push(flat);
+  });
   for (const slot of mineSlots) {
-    const byNode = new Map();
-    owner.forEach((o, flat) => { if (o === slot) { taken.add(flat); (byNode.get(nodeOf[flat]) || byNode.set(nodeOf[flat], []).get(nodeOf[flat])).push(flat); } });
+    const byNode = bySlot.get(slot);
     groups.push({ key: `job:${owners.job[slot]}`, label: `job ${owners.job[slot]} (${owners.gpus[slot]} GPUs)`, depth: 1,
                   ancestors: ["mine"], boxes: [...byNode].map(([node, gpus]) => nodeBox(snap, node, gpus)) });
   }
@@ -194,7 +228,10 @@ function render() {
   const t0 = performance.now();
   const canvas = document.getElementById("tiles");
   const width = Math.max(300, canvas.parentElement.clientWidth - (document.getElementById("node-panel").hidden ? 0 : 370));
-  ui.layout = buildLayout(snap, width);
+  // the height left in the window below the canvas's top (at least 300 px): the layout fits it if it can
+  const top = canvas.getBoundingClientRect().top + window.scrollY;
+  ui.layout = buildLayout(snap, width, Math.max(300, window.innerHeight - top - 8));
+  const { tile: TS, gap: GS } = ui.layout.scale;
   const ratio = window.devicePixelRatio || 1;
   canvas.width = width * ratio; canvas.height = ui.layout.height * ratio;
   canvas.style.width = `${width}px`; canvas.style.height = `${ui.layout.height}px`;
@@ -211,14 +248,14 @@ function render() {
       continue;
     }
     ctx.strokeStyle = "#30363d"; ctx.strokeRect(item.x + 0.5, item.y + 0.5, item.w - 1, item.h - 1);
-    const cols = Math.min(item.gpus.length, 4) || 1;
+    const cols = item.cols, mark = Math.max(2, Math.round(TS * 0.4));
     item.gpus.forEach((flat, k) => {
-      const x = item.x + 1 + GAP + (k % cols) * (TILE + GAP), y = item.y + 1 + GAP + Math.floor(k / cols) * (TILE + GAP);
-      ctx.fillStyle = tileColour(snap, flat); ctx.fillRect(x, y, TILE, TILE);
+      const x = item.x + 1 + GS + (k % cols) * (TS + GS), y = item.y + 1 + GS + Math.floor(k / cols) * (TS + GS);
+      ctx.fillStyle = tileColour(snap, flat); ctx.fillRect(x, y, TS, TS);
       const badges = parseInt(snap.gpus.badges[flat], 16);
       if (badges) {
         const bit = badges & 1 ? 1 : badges & 2 ? 2 : 4;
-        ctx.fillStyle = BADGE_COLOURS[bit]; ctx.fillRect(x + TILE - 4, y, 4, 4);
+        ctx.fillStyle = BADGE_COLOURS[bit]; ctx.fillRect(x + TS - mark, y, mark, mark);
       }
       ui.tileAt.push([x, y, flat, item.node]);
       tiles += 1;
@@ -229,6 +266,7 @@ function render() {
   if (ui.firstRenderMs === null) ui.firstRenderMs = performance.now();
   canvas.dataset.tiles = String(tiles); canvas.dataset.gpus = String(snap.gpus.count);
   canvas.dataset.renders = String(ui.renders); canvas.dataset.colour = ui.colour; canvas.dataset.layout = ui.layoutKind;
+  canvas.dataset.tile = String(TS);
   legend(snap);
 }
 
@@ -238,7 +276,8 @@ function hit(event) {
   for (const item of ui.layout.items) {
     if (x >= item.x && x < item.x + item.w && y >= item.y && y < item.y + item.h) {
       if (item.kind === "header") return { header: item };
-      const tile = ui.tileAt.find(([tx, ty, , node]) => node === item.node && x >= tx && x < tx + TILE && y >= ty && y < ty + TILE);
+      const t = ui.layout.scale.tile + Math.max(1, ui.layout.scale.gap); // a gap counts towards its tile
+      const tile = ui.tileAt.find(([tx, ty, , node]) => node === item.node && x >= tx && x < tx + t && y >= ty && y < ty + t);
       return { node: item.node, flat: tile ? tile[2] : null };
     }
   }
@@ -262,11 +301,11 @@ async function openNode(node) {
   panel.hidden = false;
   panel.dataset.node = name;
   panel.innerHTML = `<b>${esc(name)}</b> <a id="close-node">close</a><div class="muted">${esc(data.pool)} / ${esc(data.zone)} / ${esc(data.rack)} · ${esc(data.resource_type)}</div>
-    <table><tr><th>GPU</th><th>state</th><th>job</th><th class="num">util</th><th class="num">mem%</th><th class="num">W</th><th class="num">°C</th><th>badges</th></tr>
+    <table><tr><th>GPU</th><th>state</th><th>job</th><th class="num">util</th><th class="num">mem%</th><th class="num">W</th><th class="num">°C</th><th>problem</th></tr>
     ${data.gpus.map((g) => `<tr data-testid="node-gpu" data-gpu="${g.gpu}"><td>${g.gpu}</td><td class="state-${g.state}">${g.state}</td>
       <td>${g.job && g.job !== "others" ? `<a data-job="${esc(g.job)}">${esc(g.job)}</a>` : esc(g.job || "")}</td>
       <td class="num">${g.util ?? "-"}</td><td class="num">${g.memory ?? "-"}</td><td class="num">${g.power ?? "-"}</td><td class="num">${g.temp ?? "-"}</td>
-      <td>${g.badges.join(" ")}</td></tr>`).join("")}</table>`;
+      <td class="reason" data-testid="gpu-problem">${g.problem ? esc(g.problem) : esc(g.badges.join(" "))}</td></tr>`).join("")}</table>`;
   document.getElementById("close-node").onclick = () => { panel.hidden = true; render(); };
   render();
 }
@@ -294,37 +333,60 @@ async function showMe() {
   el.innerHTML = `<div class="cards"><div class="card">GPUs in use<b>${me.gpus_in_use}</b></div>
     <div class="card">my GPU efficiency<b>${me.efficiency_pct ?? "-"}${me.efficiency_pct === null ? "" : " %"}</b></div>
     <div class="card">running<b>${me.running.length}</b></div><div class="card">pending<b>${me.pending.length}</b></div></div>
-    <h3>Running</h3>${table(["job", "GPUs", "pool", "started", "efficiency"], me.running.map((j) =>
-      `<tr data-testid="my-job"><td><a data-job="${esc(j.id)}">${esc(j.id)}</a></td><td class="num">${j.gpus}</td><td>${esc(j.pool)}</td><td>${fmtTime(j.start_s)}</td><td class="num">${j.efficiency_pct ?? "-"} %</td></tr>`))}
-    <h3>Pending</h3>${table(["job", "GPUs", "queue", "position", "waiting", "why", "estimated start"], me.pending.map((p) =>
-      `<tr><td><a data-job="${esc(p.id)}">${esc(p.id)}</a></td><td class="num">${p.gpus}</td><td>${esc(p.queue)}</td><td class="num">${p.position}</td><td>${fmtDur(p.wait_s)}</td><td class="reason">${p.plugin ? `[${esc(p.plugin)}] ` : ""}${esc(p.reason)}</td><td>${fmtTime(p.estimated_start_s)}</td></tr>`))}
+    <h3>Running</h3>${dataTable("me-running", { testid: "my-job", sort: "start_s", desc: true, columns: [
+      { key: "id", label: "job", html: (j) => `<a data-job="${esc(j.id)}">${esc(j.id)}</a>` },
+      { key: "gpus", label: "GPUs", num: true }, { key: "pool", label: "pool" },
+      { key: "start_s", label: "started", html: (j) => fmtTime(j.start_s) },
+      { key: "efficiency_pct", label: "efficiency", num: true, html: (j) => `${j.efficiency_pct ?? "-"} %` }], rows: me.running })}
+    <h3>Pending</h3>${dataTable("me-pending", { columns: pendingColumns(false), rows: me.pending, empty: "nothing waiting" })}
     <div id="my-reclaim" data-testid="my-reclaim"></div>`;
   showNotices().catch((error) => { document.getElementById("my-reclaim").textContent = error.message; }); // reclaim.js
+}
+
+function pendingColumns(withUser) { // a pending job's row, in My jobs and in the queue
+  return [
+    { key: "position", label: "pos", num: true },
+    { key: "id", label: "job", html: (p) => `<a data-job="${esc(p.id)}">${esc(p.id)}</a>` },
+    ...(withUser ? [{ key: "user", label: "user" }] : [{ key: "queue", label: "queue" }]),
+    { key: "gpus", label: "GPUs", num: true },
+    { key: "wait_s", label: "waiting", num: true, html: (p) => fmtDur(p.wait_s) },
+    { key: "code", label: "code" },
+    { key: "reason", label: "why it waits", cls: "reason", value: (p) => `${p.plugin ? `[${p.plugin}] ` : ""}${p.reason}` },
+    { key: "estimated_start_s", label: "estimated start", html: (p) => fmtTime(p.estimated_start_s) },
+  ];
 }
 
 async function showQueue() {
   const q = await api("/api/queue");
   document.getElementById("view-queue").innerHTML = q.queues.map((queue) => `<h3>queue ${esc(queue.queue)}:
     ${queue.pending} pending, ${queue.gpus_wanted} GPUs wanted, oldest waits ${fmtDur(queue.oldest_wait_s)}${queue.hidden ? `, ${queue.hidden} of other users` : ""}</h3>
-    ${table(["pos", "job", "user", "GPUs", "waiting", "code", "why it waits", "estimated start"], queue.jobs.map((p) =>
-      `<tr data-testid="queue-job"><td class="num">${p.position}</td><td><a data-job="${esc(p.id)}">${esc(p.id)}</a></td><td>${esc(p.user)}</td><td class="num">${p.gpus}</td><td>${fmtDur(p.wait_s)}</td><td>${esc(p.code)}</td><td class="reason">${p.plugin ? `[${esc(p.plugin)}] ` : ""}${esc(p.reason)}</td><td>${fmtTime(p.estimated_start_s)}</td></tr>`))}`).join("") || "<p>Nothing is waiting.</p>";
+    ${dataTable(`queue-${queue.queue}`, { testid: "queue-job", sort: "position", columns: pendingColumns(true), rows: queue.jobs })}`).join("") || "<p>Nothing is waiting.</p>";
 }
 
 async function showOperator() {
   const s = await api("/api/operator/summary");
   const el = document.getElementById("view-operator");
   el.innerHTML = `<div class="cards">${Object.entries(s.by_state).map(([k, v]) => `<div class="card state-${k}">${k}<b>${v}</b></div>`).join("")}
-      <div class="card" title="allocated GPUs under 5 % utilisation in the last sample; the reclaim table below counts those idle for its whole window">allocated, idle now<b>${s.idle_allocated.gpus}</b></div></div>
+      <div class="card" id="idle-card" data-testid="idle-card" data-idle="${s.idle_allocated.gpus}" title="allocated GPUs under 5 % utilisation in the newest sample">idle GPUs<b>${s.idle_allocated.gpus}</b>
+        <span class="muted" id="idle-explain">allocated, under 5 % in the newest sample</span></div></div>
     <div class="controls">speed <input id="speed" type="number" min="0" value="${s.speed}" style="width:70px"> x
       <button id="speed-set">set</button> <span class="muted">${s.paused ? "paused" : ""}</span></div>
     <h3>Pools</h3>${table(["pool", "GPUs", "allocated", "free", "fragmented free", "largest free block", "queue", "GPUs wanted", "oldest wait"],
       s.pools.map((p) => `<tr><td>${esc(p.pool)}</td><td class="num">${p.gpus}</td><td class="num">${p.allocated}</td><td class="num">${p.free}</td><td class="num">${p.fragmented_free}</td><td class="num">${p.largest_free_block}</td><td class="num">${p.queue_length}</td><td class="num">${p.gpus_wanted}</td><td>${fmtDur(p.oldest_wait_s)}</td></tr>`))}
-    <h3>Unhealthy GPUs</h3>${table(["node", "GPU", "XID", "what it means"], s.unhealthy.map((u) => `<tr data-testid="unhealthy"><td>${esc(u.node)}</td><td>${u.gpu}</td><td class="num">${u.xid || ""}</td><td class="reason">${esc(u.meaning)}</td></tr>`))}
-    <h3>Jobs holding idle GPUs</h3>${table(["job", "idle GPUs"], s.idle_allocated.top_jobs.map((j) => `<tr><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td class="num">${j.idle_gpus}</td></tr>`))}
-    <h3>Usage by user</h3>${table(["user", "GPUs"], s.users.map((u) => `<tr><td>${esc(u.user)}</td><td class="num">${u.gpus}</td></tr>`))}
+    <div id="history" data-testid="history"><h3>Pools over time</h3><p class="muted">loading…</p></div>
+    <h3>Unhealthy GPUs</h3><p class="muted">XID meanings from NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)</p>
+    ${dataTable("unhealthy", { testid: "unhealthy", columns: [
+      { key: "node", label: "node" }, { key: "gpu", label: "GPU", num: true },
+      { key: "xid", label: "XID", num: true, html: (u) => u.xid || "" },
+      { key: "meaning", label: "what it means", cls: "reason" }], rows: s.unhealthy, empty: "every GPU is healthy" })}
     <div id="reclaim" data-testid="reclaim"><h3>Reclaim</h3><p class="muted">loading the reclaim report…</p></div>
-    <div id="ledger" data-testid="ledger"></div>`;
+    <div id="ledger" data-testid="ledger"></div>
+    <div id="groups" data-testid="groups"><h3>Groups</h3><p class="muted">loading…</p></div>
+    <h3>Usage by user</h3>${dataTable("users", { sort: "gpus", desc: true, columns: [
+      { key: "user", label: "user" }, { key: "gpus", label: "GPUs", num: true }], rows: s.users })}`;
   showLedger().catch((error) => { document.getElementById("ledger").textContent = error.message; }); // reclaim.js
+  showHistory(document.getElementById("history"));
+  showGroups(document.getElementById("groups"));
   showReclaim().catch((error) => {
     document.getElementById("reclaim").innerHTML = `<h3>Reclaim</h3><p class="error">${esc(error.message)}</p>`;
   });
@@ -341,12 +403,26 @@ async function showReclaim() { // idle / under-used allocated GPUs per job and u
     `under-used: p95 SM activity < ${r.rule.underused_p95_sm} over ${fmtDur(r.rule.underused_window_s)}`;
   const users = Object.entries(r.users).map(([u, c]) => `${esc(u)}: ${c.idle_gpus} idle, ${c.underused_gpus} under-used`).join("; ");
   document.getElementById("reclaim").innerHTML = `<h3>Reclaim: ${r.idle_gpus} GPUs idle for ${fmtDur(r.rule.idle_window_s)} or more, ${r.underused_gpus} under-used; ${r.wasted_gpu_hours.toFixed(1)} GPU-hours wasted</h3>
-    <p class="muted">${rule}; ranked by wasted GPU-hours</p><p class="muted">by user: ${users || "none"}</p>
-    ${table(["job", "user", "GPUs", "idle", "idle for", "wasted GPU-h", "under-used", "action"], r.jobs.map((j) =>
-      `<tr data-testid="reclaim-row"><td><a data-job="${esc(j.job)}">${esc(j.job)}</a></td><td>${esc(j.user)}</td><td class="num">${j.gpus}</td>
-       <td title="${esc(j.idle.join(" "))}" class="num">${j.idle.length}</td><td>${j.idle.length ? fmtDur(j.idle_for_s) : ""}</td><td class="num">${j.wasted_gpu_hours.toFixed(1)}</td>
-       <td title="${esc(j.underused.join(" "))}" class="num">${j.underused.length}</td>
-       <td class="reason">${esc(j.action)}</td></tr>`))}`;
+    <p class="muted">${rule}; ranked by wasted GPU-hours (click a header to sort, type to filter)</p><p class="muted">by user: ${users || "none"}</p>
+    ${dataTable("reclaim", { testid: "reclaim-row", sort: "wasted_gpu_hours", desc: true, columns: [
+      { key: "job", label: "job", html: (j) => `<a data-job="${esc(j.job)}">${esc(j.job)}</a>` },
+      { key: "user", label: "user" }, { key: "gpus", label: "GPUs", num: true },
+      { key: "idle_n", label: "idle", num: true, value: (j) => j.idle.length, html: (j) => `<span title="${esc(j.idle.join(" "))}">${j.idle.length}</span>` },
+      { key: "idle_for_s", label: "idle for", num: true, value: (j) => (j.idle.length ? j.idle_for_s : null), html: (j) => (j.idle.length ? fmtDur(j.idle_for_s) : "") },
+      { key: "wasted_gpu_hours", label: "wasted GPU-h", num: true, html: (j) => j.wasted_gpu_hours.toFixed(1) },
+      { key: "under_n", label: "under-used", num: true, value: (j) => j.underused.length, html: (j) => `<span title="${esc(j.underused.join(" "))}">${j.underused.length}</span>` },
+      { key: "action", label: "action", cls: "reason" },
+    ], rows: r.jobs })}`;
+  explainIdle(r);
+}
+
+function explainIdle(r) { // the operator page's one count of idle GPUs, reconciled with the reclaim table
+  const now = r.idle_now, card = document.getElementById("idle-card");
+  if (!now || !card) return;
+  card.dataset.idle = String(now.gpus); card.dataset.listed = String(now.listed); card.dataset.notListed = String(now.not_listed);
+  card.querySelector("b").textContent = String(now.gpus);
+  document.getElementById("idle-explain").textContent = `${now.listed} idle ${fmtDur(r.rule.idle_window_s)} or more (in Reclaim), ` +
+    `${now.not_listed} idle for less` + (now.listed_not_idle_now ? `; ${now.listed_not_idle_now} in Reclaim busy again now` : "");
 }
 
 async function showFindings(jobId) { // the diagnostics findings of the job's telemetry
@@ -393,15 +469,18 @@ async function showJob(jobId) {
   const findings = showFindings(jobId);
   const metric = document.getElementById("job-metric").value;
   const t = await api(`/api/jobs/${encodeURIComponent(jobId)}/telemetry?metric=${metric}`);
-  const x = t.times_s.map(fmtTime);
+  const x = t.times_s.map((s) => timeDate(s)); // a date axis: ticks read "Tue 13:05", not a day count
   if (t.ranks.length) await loadPlotly();
   if (window.Plotly && t.ranks.length) {
     Plotly.react("job-heatmap", [{ type: "heatmap", z: t.values, x, y: t.ranks, zmin: t.low, zmax: t.high, colorscale: "Viridis" }],
       { title: `${metric} (${t.unit}) per rank over time`, height: Math.min(600, 140 + 18 * t.ranks.length),
+        xaxis: { type: "date", tickformat: "%a %H:%M", hoverformat: "%a %H:%M:%S" },
         paper_bgcolor: "#0d1117", plot_bgcolor: "#0d1117", font: { color: "#e6edf3" }, margin: { l: 110, r: 20, t: 40, b: 60 } },
       { displayModeBar: false });
   }
-  document.getElementById("job-sparklines").innerHTML = t.ranks.map((rank, i) => `<span class="spark" data-testid="sparkline"><span>${esc(rank)}</span>${sparkline(t.values[i], t.low, t.high)}</span>`).join("");
+  const span = t.times_s.length ? `${fmtTick(t.times_s[0], 86400)} to ${fmtTick(t.times_s[t.times_s.length - 1], 86400)}` : "";
+  document.getElementById("job-sparklines").innerHTML = (t.ranks.length ? `<p class="muted">per rank, ${esc(metric)} from ${t.low} to ${t.high} ${esc(t.unit)}, ${span}</p>` : "") +
+    t.ranks.map((rank, i) => `<span class="spark" data-testid="sparkline"><span>${esc(rank)}</span>${sparkline(t.values[i], t.low, t.high, t.unit)}</span>`).join("");
   await findings;
 }
 
@@ -416,11 +495,15 @@ function loadPlotly() { // plotly.js is 4.8 MB: fetched only when a chart is fir
   return plotlyLoading;
 }
 
-function sparkline(values, low, high) {
-  const w = 160, h = 26, n = values.length;
+function sparkline(values, low, high, unit = "") { // a line with its scale: low and high at the left, the last value at the right
+  const w = 160, h = 26, l = 34, r = 40, n = values.length;
   if (!n) return "<svg></svg>";
-  const pts = values.map((v, i) => v === null ? null : `${(i / Math.max(1, n - 1)) * w},${h - ((v - low) / (high - low)) * h}`).filter(Boolean);
-  return `<svg width="${w}" height="${h}"><polyline fill="none" stroke="#58a6ff" stroke-width="1.2" points="${pts.join(" ")}"/></svg>`;
+  const pts = values.map((v, i) => v === null ? null : `${l + (i / Math.max(1, n - 1)) * w},${h - ((v - low) / (high - low)) * (h - 2) - 1}`).filter(Boolean);
+  const last = [...values].reverse().find((v) => v !== null);
+  return `<svg width="${l + w + r}" height="${h}" class="sparkline"><line x1="${l}" x2="${l}" y1="0" y2="${h}" class="grid"/>
+    <text x="${l - 3}" y="8" text-anchor="end" class="tick" data-scale="high">${high}</text><text x="${l - 3}" y="${h - 1}" text-anchor="end" class="tick" data-scale="low">${low}</text>
+    <polyline fill="none" stroke="#58a6ff" stroke-width="1.2" points="${pts.join(" ")}"/>
+    <text x="${l + w + 4}" y="${h / 2 + 4}" class="tick" data-scale="last">${last === undefined ? "-" : `${last} ${esc(unit)}`}</text></svg>`;
 }
 
 // ---- navigation --------------------------------------------------------------------------------
@@ -518,7 +601,8 @@ window.loadmaster = {
     const node = ui.snap.nodes.name.indexOf(name);
     const tile = ui.tileAt.find((t) => t[3] === node); if (!tile) return null;
     const r = document.getElementById("tiles").getBoundingClientRect();
-    return { x: r.left + tile[0] + TILE / 2, y: r.top + tile[1] + TILE / 2 };
+    const half = ui.layout.scale.tile / 2;
+    return { x: r.left + tile[0] + half, y: r.top + tile[1] + half };
   },
   setColour: (c) => { ui.colour = c; document.getElementById("colour").value = c; return refreshCluster(); },
   setLayout: (l) => { ui.layoutKind = l; document.getElementById("layout").value = l; render(); },
