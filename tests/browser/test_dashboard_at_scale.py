@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dashboard_browser import chromium, open_page, serving, shot
-from loadmaster.serve import DemoOptions, build_demo, create_app, viewroutes
+from loadmaster.serve import DemoOptions, build_demo, create_app
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -23,8 +23,6 @@ WIDTH, HEIGHT = 1920, 1080
 def big() -> Iterator[tuple[str, Any]]:
     demo = build_demo(DemoOptions(gpus=10_000, days=1.0, history_s=1800.0))  # the reclaim window is 30 min
     app = create_app(demo, run_stepper=False)
-    if not any(getattr(r, "path", "") == "/api/operator/history" for r in app.routes):
-        app.include_router(viewroutes.router)
     with serving(app) as base:
         yield base, demo
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dashboard_browser import chromium, open_page, serving, shot
-from loadmaster.serve import DemoOptions, build_demo, create_app, viewroutes, views
+from loadmaster.serve import DemoOptions, build_demo, create_app, views
 from loadmaster.serve.demo import DEMO_LOAD
 
 pytestmark = pytest.mark.browser
@@ -22,8 +22,6 @@ CLOCK = re.compile(r"^(Mon |Tue |Wed |Thu |Fri |Sat |Sun )?\d\d:\d\d$")
 def server() -> Iterator[tuple[str, Any]]:
     demo = build_demo(DemoOptions(history_s=1800.0, load=DEMO_LOAD))
     app = create_app(demo, run_stepper=False)
-    if not any(getattr(r, "path", "") == "/api/operator/history" for r in app.routes):
-        app.include_router(viewroutes.router)
     with serving(app) as base:
         yield base, demo
 

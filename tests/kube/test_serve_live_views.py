@@ -12,7 +12,7 @@ import pytest
 from kube.test_serve_live import GPUS, scheduled, telemetry
 from loadmaster.kube.api import api_client
 from loadmaster.kube.watch import ClusterWatch
-from loadmaster.serve import create_app, viewroutes
+from loadmaster.serve import create_app
 from loadmaster.serve.auth import TokenTable
 from loadmaster.serve.livecluster import LiveDashboard, LiveTiming
 from loadmaster.serve.views import NO_SCHEDULER
@@ -34,8 +34,6 @@ def live(api: KubeApiDouble) -> Iterator[tuple[LiveDashboard, TestClient]]:
         watch, telemetry(api), tokens, cluster_name="double", options=LiveTiming(60.0, 3600.0)
     )
     app = create_app(board, run_stepper=False)
-    if not any(getattr(r, "path", "") == "/api/operator/history" for r in app.routes):
-        app.include_router(viewroutes.router)
     with TestClient(app) as client:
         yield board, client
     watch.stop()

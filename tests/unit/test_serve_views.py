@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from loadmaster.cli.serve import serve as serve_command
-from loadmaster.serve import DemoOptions, build_demo, create_app, viewroutes, views
+from loadmaster.serve import DemoOptions, build_demo, create_app, views
 from loadmaster.serve.demo import DEMO_LOAD, Demo
 from loadmaster.serve.live import FREE
 
@@ -29,8 +29,6 @@ def demo() -> Demo:
 @pytest.fixture(scope="module")
 def client(demo: Demo) -> Iterator[TestClient]:
     app = create_app(demo, run_stepper=False)
-    if not any(getattr(r, "path", "") == "/api/operator/history" for r in app.routes):
-        app.include_router(viewroutes.router)
     with TestClient(app) as c:
         yield c
 

@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Security
+from fastapi import APIRouter, Depends, FastAPI, Query, Request, Security
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
@@ -436,6 +436,23 @@ def operator_reclaim(demo: Board) -> Response:
     """Idle and under-used allocated GPUs per job and user, with the operator's action."""
     with demo.lock:
         return _body(views.reclaim_view(demo))
+
+
+@operators.get("/api/operator/history")
+def operator_history(
+    demo: Board,
+    window_s: Annotated[float | None, Query(gt=0, description="newest seconds; all kept if absent")] = None,
+) -> Response:
+    """Allocation, utilisation and queue length per pool over time, for the operator's charts."""
+    with demo.lock:
+        return _body(views.pool_history(demo, window_s))
+
+
+@operators.get("/api/operator/groups")
+def operator_groups(demo: Board) -> Response:
+    """Each group's usage, demand, quota and borrowing (Kueue cohorts, Slurm's sshare)."""
+    with demo.lock:
+        return _body(views.groups_view(demo))
 
 
 @operators.get("/metrics")
