@@ -24,15 +24,13 @@ Writes benchmarks/results/validate_gavel.json.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from against_authors import delta, git_commit, machine, run_authors, targets
 from loadmaster.model.hetero import HeteroCluster
 from loadmaster.validation.gavel import POLICIES, Outcome, reference, replay
 from results_io import print_targets, write_results
@@ -60,19 +58,6 @@ def authors_command(python: str, trace: str, policy: str, solver: str) -> list[s
         "--seed=0",
         f"--solver={solver}",
     ]
-
-
-def run_authors(folder: Path, command: list[str]) -> tuple[float, str]:
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"the authors' simulator failed ({' '.join(command)}):\n{done.stderr[-2000:]}")
-    return elapsed, done.stdout
-
-
-def delta(ours: float, theirs: float) -> float:
-    return ours / theirs - 1.0 if theirs else 0.0
 
 
 def case_result(ours: Outcome, theirs: Outcome, other_solver: Outcome) -> dict[str, object]:
@@ -168,25 +153,12 @@ def main() -> None:
             f" {mine['makespan_s']:9.0f} {case['makespan_delta']:+7.2%}"
             f" {case['gavel_scs_vs_ecos_avg_jct_delta']:+8.2%} {timing['loadmaster_s']:7.2f} {their_s:>7}"
         )
-    checks = {
-        f"{name} within 2%": {
-            "measured": f"JCT {case['avg_jct_delta']:+.2%}, makespan {case['makespan_delta']:+.2%}",
-            "target": "|delta| <= 2% for both (issue 26)",
-            "pass": case["pass"],
-        }
-        for name, case in cases.items()
-    }
-    if args.gavel is not None:
-        checks["loadmaster not slower than the authors' simulator (all cases)"] = {
-            "measured": f"{ours_total:.2f} s vs {theirs_total:.2f} s"
-            f" (ratio Gavel/ours {theirs_total / ours_total:.2f})",
-            "target": "ratio >= 1",
-            "pass": theirs_total >= ours_total,
-        }
+    checks = targets(
+        cases,
+        "|delta| <= 2% for both (issue 26)",
+        ("Gavel", ours_total, theirs_total) if args.gavel is not None else None,
+    )
     print_targets(checks)
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], check=False, cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
     write_results(
         RESULTS if args.face == "interior" else RESULTS.with_name(f"validate_gavel-{args.face}.json"),
         ROOT,
@@ -194,18 +166,14 @@ def main() -> None:
             "benchmark": "validate_gavel",
             "command": "python benchmarks/validate_gavel.py "
             + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-            "commit": commit,
+            "commit": git_commit(ROOT),
             "gavel_commit": GAVEL_COMMIT,
             "cluster": CLUSTER,
             "face": args.face,
             "authors_simulator": "run in this benchmark"
             if args.gavel is not None
             else "not run: pass --gavel DIR (Python 3 with cvxpy, ecos, scikit-learn, matrix_completion)",
-            "machine": {
-                "python": platform.python_version(),
-                "processor": platform.machine(),
-                "cpus": os.cpu_count(),
-            },
+            "machine": machine(),
             "repeats": args.repeats,
             "cases": cases,
             "targets": checks,

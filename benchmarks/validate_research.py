@@ -21,17 +21,15 @@ authors' side was not run and why. Writes benchmarks/results/validate_research.j
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shlex
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from against_authors import delta, git_commit, machine, run_authors, targets
 from loadmaster.validation.tiresias import POLICIES, STRESS, Outcome, derive_stress, reference, replay
 from results_io import print_targets, write_results
 
@@ -64,19 +62,6 @@ def authors_command(python2: str, trace: Path, spec: Path, policy: str, log: Pat
         f"--schedule={policy}",
         f"--log_path={log}",
     ]
-
-
-def run_authors(simulator: Path, command: list[str], log: Path) -> tuple[float, Path]:
-    start = time.perf_counter()
-    done = subprocess.run(command, cwd=simulator, capture_output=True, text=True, check=False)
-    elapsed = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"the authors' simulator failed ({' '.join(command)}):\n{done.stderr[-2000:]}")
-    return elapsed, log / "job.csv"
-
-
-def delta(ours: float, theirs: float) -> float:
-    return ours / theirs - 1.0 if theirs else 0.0
 
 
 def case_result(ours: Outcome, theirs: Outcome) -> dict[str, object]:
@@ -135,7 +120,8 @@ def main() -> None:
                         times = []
                         for _ in range(args.repeats):
                             shutil.rmtree(log, ignore_errors=True)
-                            elapsed, fresh = run_authors(args.tiresias.resolve(), command, log)
+                            elapsed, _stdout = run_authors(args.tiresias.resolve(), command)
+                            fresh = log / "job.csv"
                             times.append(elapsed)
                         if args.record:
                             committed.parent.mkdir(parents=True, exist_ok=True)
@@ -162,25 +148,12 @@ def main() -> None:
             f"{mine['makespan_s']:9.0f} {case['makespan_delta']:+7.2%} "
             f"{timing['loadmaster_s']:7.2f} {their_s:>8}"
         )
-    checks = {
-        f"{name} within 2%": {
-            "measured": f"JCT {case['avg_jct_delta']:+.2%}, makespan {case['makespan_delta']:+.2%}",
-            "target": "|delta| <= 2% for both",
-            "pass": case["pass"],
-        }
-        for name, case in cases.items()
-    }
-    if args.tiresias is not None:
-        checks["loadmaster not slower than the authors' simulator (all cases)"] = {
-            "measured": f"{ours_total:.2f} s vs {theirs_total:.2f} s"
-            f" (ratio theirs/ours {theirs_total / ours_total:.2f})",
-            "target": "ratio >= 1",
-            "pass": theirs_total >= ours_total,
-        }
+    checks = targets(
+        cases,
+        "|delta| <= 2% for both",
+        ("theirs", ours_total, theirs_total) if args.tiresias is not None else None,
+    )
     print_targets(checks)
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], check=False, cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
     write_results(
         RESULTS,
         ROOT,
@@ -188,17 +161,13 @@ def main() -> None:
             "benchmark": "validate_research",
             "command": "python benchmarks/validate_research.py "
             + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-            "commit": commit,
+            "commit": git_commit(ROOT),
             "tiresias_commit": TIRESIAS_COMMIT,
             "stress_trace": STRESS,
             "authors_simulator": "run in this benchmark"
             if args.tiresias is not None
             else "not run: pass --tiresias DIR (Python 2.7 with numpy 1.16 needed)",
-            "machine": {
-                "python": platform.python_version(),
-                "processor": platform.machine(),
-                "cpus": os.cpu_count(),
-            },
+            "machine": machine(),
             "repeats": args.repeats,
             "cases": cases,
             "targets": checks,
