@@ -4,17 +4,13 @@ pod-resources servers on unix sockets, scraped by a real Prometheus and read bac
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+from live_stack import free_port, prometheus_binary, start_agent, start_prometheus, stop, wait_until
 
 from loadmaster.errors import TelemetryError
 from loadmaster.telemetry import field
@@ -22,36 +18,9 @@ from loadmaster.telemetry.podresources.fake import FakePodResources, gpu_pod
 from loadmaster.telemetry.prometheus import PrometheusStore
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def prometheus_binary() -> str:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the prometheus binary is missing; CI must install it (.ci/run)")
-        pytest.skip("the prometheus binary is not installed")
-    return binary
-
-
 def uuid(host_tag: int, gpu: int) -> str:
     """The UUID ``FakeReader.busy`` gives GPU ``gpu`` of the fake node ``host_tag``."""
     return f"GPU-{host_tag:08d}-0000-0000-0000-{gpu:012d}"
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (httpx.HTTPError, ValueError, KeyError):  # Prometheus answers 503 while it starts
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -73,60 +42,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pat
         targets.append(f"127.0.0.1:{port}")
         values = folder / f"values-{host}.json"
         values.write_text("{}")
-        processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    "from loadmaster.cli import main; main()",
-                    "agent",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--interval",
-                    "0.5",
-                    "--hostname",
-                    host,
-                    "--fake-gpus",
-                    "2",
-                    "--fake-host-tag",
-                    str(tag),
-                    "--fake-values",
-                    str(values),
-                    "--pod-resources-socket",
-                    kubelet.socket_path,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-    config = folder / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: gpus\n"
-        f"    static_configs: [{{targets: {json.dumps(targets)}}}]\n"
-    )
-    port = free_port()
-    processes.append(
-        subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={folder / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    )
-    url = f"http://127.0.0.1:{port}"
+        processes.append(start_agent(port, host, 2, tag, kubelet.socket_path, values=values))
+    prometheus, url = start_prometheus(binary, folder, targets)
+    processes.append(prometheus)
     try:
         yield url, folder, kubelets
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=20)
+        stop(processes)
         for kubelet in kubelets:
             kubelet.close()
 

@@ -11,18 +11,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import yaml
+from live_stack import (
+    CLI,
+    free_port,
+    prometheus_binary,
+    start_agent,
+    start_prometheus,
+    start_serve,
+    stop,
+    wait_until,
+)
 
 from kube.helpers import a_node, a_pod, kubeconfig_for, wait_synced
 from loadmaster.config import load_profiles
@@ -34,36 +40,10 @@ from loadmaster.serve.identity import hash_token
 from loadmaster.telemetry.podresources.fake import FakePodResources, gpu_pod
 from loadmaster_testing.kube_api import KubeApiDouble
 
-CLI = [sys.executable, "-c", "from loadmaster.cli import main; main()"]
 PODS = ("team-a/idle", "team-a/busy", "ops/notebook")
 IDLE = ("team-a/idle", "ops/notebook")
 TOKEN = "operator-token-0123456789abcdef"
 OWNER_TOKEN = "team-a-token-0123456789abcdef"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def prometheus_binary() -> str:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the prometheus binary is missing; CI must install it (.ci/run)")
-        pytest.skip("the prometheus binary is not installed")
-    return binary
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.3)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def uuid(gpu: int) -> str:
@@ -85,26 +65,6 @@ def schedule(api: KubeApiDouble) -> dict[str, int]:
         key: int((api.get("pods", key) or {})["metadata"]["annotations"]["loadmaster.io/gpus"])
         for key in PODS
     }
-
-
-def start_serve(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``serve --config`` over the same serve.yaml (live mode): its ledger is the scheduler's state file."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with (folder / "serve.log").open("ab") as log:
-        process = subprocess.Popen(
-            [*CLI, "serve", "--config", str(folder / "serve.yaml"), "--port", str(port)],
-            stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
-
-    def up() -> bool:
-        try:
-            return bool(httpx.get(f"{url}/api/health").json()["ok"])
-        except (httpx.HTTPError, ValueError):
-            return False
-
-    wait_until(up, "serve to answer")
-    return process, url
 
 
 def the_dashboard(url: str) -> dict[str, list[tuple[str, str]]]:
@@ -149,30 +109,16 @@ def test_kube_run_evicts_the_idle_pod_after_its_grace_and_leaves_the_others(tmp_
     ).start()
     try:
         (tmp_path / "values.json").write_text(json.dumps({str(held[k]): {"GPU_UTIL": 0} for k in IDLE}))
-        agent_port, prom_port = free_port(), free_port()
-        processes.append(subprocess.Popen(
-            [*CLI, "agent", "--host", "127.0.0.1", "--port", str(agent_port), "--interval", "0.5",
-             "--hostname", "n0", "--fake-gpus", "8", "--fake-host-tag", "2",
-             "--fake-values", str(tmp_path / "values.json"), "--pod-resources-socket", kubelet.socket_path],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
-        (tmp_path / "prometheus.yml").write_text(
-            "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: gpus\n"
-            f"    static_configs: [{{targets: ['127.0.0.1:{agent_port}']}}]\n"
+        agent_port = free_port()
+        processes.append(
+            start_agent(agent_port, "n0", 8, 2, kubelet.socket_path, values=tmp_path / "values.json")
         )
-        processes.append(subprocess.Popen(
-            [binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-             f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        ))  # fmt: skip
-        prometheus = f"http://127.0.0.1:{prom_port}"
+        prometheus_process, prometheus = start_prometheus(binary, tmp_path, [f"127.0.0.1:{agent_port}"])
+        processes.append(prometheus_process)
 
         def labelled() -> bool:
             query = {"query": 'count(DCGM_FI_DEV_GPU_UTIL{pod!=""})'}
-            try:
-                result = httpx.get(f"{prometheus}/api/v1/query", params=query).json()["data"]["result"]
-            except (httpx.HTTPError, ValueError):  # not up yet (503 while it starts)
-                return False
+            result = httpx.get(f"{prometheus}/api/v1/query", params=query).json()["data"]["result"]
             return bool(result) and float(result[0]["value"][1]) == len(PODS)
 
         wait_until(labelled, "Prometheus to hold the three GPUs labelled with their pods")
@@ -227,10 +173,7 @@ def test_kube_run_evicts_the_idle_pod_after_its_grace_and_leaves_the_others(tmp_
         assert shown["operator"] == [("team-a/idle", "evict"), ("team-a/idle", "notify")]
         assert shown["owner"] == shown["operator"]  # team-a's own job: the owner sees both
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=20)
+        stop(processes)
         kubelet.close()
         api.close()
         print((tmp_path / "kube-run.log").read_text() if (tmp_path / "kube-run.log").exists() else "")

@@ -8,17 +8,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from live_stack import (
+    free_port,
+    prometheus_binary,
+    start_agent,
+    start_prometheus,
+    start_serve,
+    stop,
+    wait_until,
+)
 
 from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
@@ -29,37 +35,8 @@ from loadmaster.serve.identity import hash_token
 from loadmaster.telemetry.podresources.fake import FakePodResources, gpu_pod
 from loadmaster_testing.kube_api import KubeApiDouble
 
-CLI = [sys.executable, "-c", "from loadmaster.cli import main; main()"]
 TOKEN = "operator-token-0123456789abcdef"
 USER_TOKEN = "team-a-token-0123456789abcdef"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def prometheus_binary() -> str:
-    binary = shutil.which("prometheus")
-    if binary is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the prometheus binary is missing; CI must install it (.ci/run)")
-        pytest.skip("the prometheus binary is not installed")
-    return binary
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            found = check()
-        except (httpx.HTTPError, KeyError, ValueError):
-            found = None
-        if found:
-            return found
-        time.sleep(0.3)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def uuid(gpu: int) -> str:
@@ -95,23 +72,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         [gpu_pod("team-a", name, [uuid(g) for g in gpus]) for name, gpus in held.items()],
     ).start()
     processes: list[subprocess.Popen[bytes]] = []
-    agent_port, prom_port = free_port(), free_port()
-    processes.append(subprocess.Popen(
-        [*CLI, "agent", "--host", "127.0.0.1", "--port", str(agent_port), "--interval", "0.5",
-         "--hostname", "n0", "--fake-gpus", "8", "--fake-host-tag", "1",
-         "--pod-resources-socket", kubelet.socket_path],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    ))  # fmt: skip
-    (folder / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: gpus\n"
-        f"    static_configs: [{{targets: ['127.0.0.1:{agent_port}']}}]\n"
-    )
-    processes.append(subprocess.Popen(
-        [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
-         f"--web.listen-address=127.0.0.1:{prom_port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    ))  # fmt: skip
-    prometheus = f"http://127.0.0.1:{prom_port}"
+    agent_port = free_port()
+    processes.append(start_agent(agent_port, "n0", 8, 1, kubelet.socket_path))
+    prometheus_process, prometheus = start_prometheus(binary, folder, [f"127.0.0.1:{agent_port}"])
+    processes.append(prometheus_process)
 
     def labelled() -> bool:
         query = {"query": 'count(DCGM_FI_DEV_GPU_UTIL{namespace="team-a"})'}
@@ -138,24 +102,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     try:
         yield {"folder": folder, "held": held, "api": api}
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=20)
+        stop(processes)
         kubelet.close()
         api.close()
-
-
-def start_serve(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    with (folder / "serve.log").open("ab") as log:
-        process = subprocess.Popen(
-            [*CLI, "serve", "--config", str(folder / "serve.yaml"), "--port", str(port)],
-            stdout=subprocess.DEVNULL, stderr=log,
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: httpx.get(f"{url}/api/health").json()["ok"], "serve to answer")
-    return process, url
 
 
 def auth(token: str) -> dict[str, str]:
