@@ -711,7 +711,7 @@ class KubeCluster:
             "status": status,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": self._stamp(),
+            "lastTransitionTime": utc_stamp(self.clock()),
         }
         try:
             self.core.patch_namespaced_pod_status(
@@ -723,23 +723,8 @@ class KubeCluster:
         return True
 
     def _event(self, key: str, reason: str, message: str) -> bool:
-        namespace, name = key.split("/", 1)
-        stamp = self._stamp()
-        event = client.CoreV1Event(
-            api_version="v1",
-            kind="Event",
-            metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
-            involved_object=client.V1ObjectReference(
-                api_version="v1", kind="Pod", name=name, namespace=namespace
-            ),
-            reason=reason,
-            message=message,
-            type="Warning",
-            source=client.V1EventSource(component=tr.SCHEDULER_NAME),
-            first_timestamp=stamp,
-            last_timestamp=stamp,
-            count=1,
-        )
+        namespace = key.split("/", 1)[0]
+        event = pod_event(key, reason, message, self.clock())
         try:
             self.core.create_namespaced_event(namespace, event, _request_timeout=REQUEST_TIMEOUT_S)
         except ApiFailure as exc:
@@ -747,14 +732,37 @@ class KubeCluster:
             return False
         return True
 
-    def _stamp(self) -> str:
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-
     def _api_error(self, what: str, exc: BaseException) -> None:
         self.stats.add("api_errors")
         status = getattr(exc, "status", None)
         text = f"{status} {getattr(exc, 'reason', '')}" if isinstance(exc, ApiException) else str(exc)[:200]
         log.warning("%s failed: %s", what, text, extra={"action": what, "status": status})
+
+
+def utc_stamp(epoch_s: float) -> str:
+    """A time as the API writes it (RFC 3339, UTC, whole seconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
+
+
+def pod_event(key: str, reason: str, message: str, epoch_s: float) -> client.CoreV1Event:
+    """A Warning Event from the scheduler on the pod ``key`` (namespace/name), seen at ``epoch_s``."""
+    namespace, name = key.split("/", 1)
+    stamp = utc_stamp(epoch_s)
+    return client.CoreV1Event(
+        api_version="v1",
+        kind="Event",
+        metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
+        involved_object=client.V1ObjectReference(
+            api_version="v1", kind="Pod", name=name, namespace=namespace
+        ),
+        reason=reason,
+        message=message,
+        type="Warning",
+        source=client.V1EventSource(component=tr.SCHEDULER_NAME),
+        first_timestamp=stamp,
+        last_timestamp=stamp,
+        count=1,
+    )
 
 
 def _overfull_nodes(state: KubeState, assumed: Mapping[str, _Assumed]) -> set[str]:

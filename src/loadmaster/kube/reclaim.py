@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -45,7 +44,7 @@ from kubernetes import client
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import REQUEST_TIMEOUT_S, ApiFailure
-from loadmaster.kube.cluster import KubeCluster
+from loadmaster.kube.cluster import KubeCluster, pod_event, utc_stamp
 from loadmaster.scheduling.reclaim import (
     JobActivity,
     LedgerEntry,
@@ -224,7 +223,7 @@ class KubeReclaimer:
         if d.step is Step.NOTIFY:
             grace = self.tracker.policy_for(job.pool)
             when = now + (grace.grace_s if grace is not None else 0.0)
-            text = f"{dry.strip()} {d.reason}; {d.action.value} at {_stamp(when)}".strip()
+            text = f"{dry.strip()} {d.reason}; {d.action.value} at {utc_stamp(when)}".strip()
             self._annotate(d.job, {NOTICE_ANNOTATION: text})
             self._event(d.job, "IdleGPUs", text)
             self._record(d, "notify" + dry, d.reason, now)
@@ -288,23 +287,8 @@ class KubeReclaimer:
         if not self.cluster.lease.holds_now():
             self.cluster.stats.add("fenced")
             return
-        namespace, name = key.split("/", 1)
-        stamp = _stamp(self.cluster.clock())
-        event = client.CoreV1Event(
-            api_version="v1",
-            kind="Event",
-            metadata=client.V1ObjectMeta(generate_name=f"{name}.", namespace=namespace),
-            involved_object=client.V1ObjectReference(
-                api_version="v1", kind="Pod", name=name, namespace=namespace
-            ),
-            reason=reason,
-            message=message[:1024],
-            type="Warning",
-            source=client.V1EventSource(component=tr.SCHEDULER_NAME),
-            first_timestamp=stamp,
-            last_timestamp=stamp,
-            count=1,
-        )
+        namespace = key.split("/", 1)[0]
+        event = pod_event(key, reason, message[:1024], self.cluster.clock())
         try:
             self.cluster.core.create_namespaced_event(namespace, event, _request_timeout=REQUEST_TIMEOUT_S)
         except ApiFailure as exc:
@@ -332,10 +316,6 @@ class KubeReclaimer:
             return f"{getattr(exc, 'status', '')} {getattr(exc, 'reason', exc)}".strip()
         self.cluster.stats.add("reclaim_evictions")
         return None
-
-
-def _stamp(epoch_s: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
 
 
 class PrometheusIdle:
