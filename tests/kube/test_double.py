@@ -21,11 +21,6 @@ from loadmaster_testing.kube_api import KubeApiDouble
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
 def double(clock: Clock) -> Any:
     api = KubeApiDouble(clock=clock)
     url = api.serve()

@@ -48,19 +48,6 @@ POLICY = ReclaimPolicy(
 )
 
 
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def api(clock: Clock) -> Iterator[KubeApiDouble]:
-    double = KubeApiDouble(clock=clock)
-    double.url = double.serve()  # type: ignore[attr-defined]
-    yield double
-    double.close()
-
-
 class Telemetry:
     """One GPU series per pod, labelled as dcgm-exporter labels them, fed up to the clock."""
 

@@ -27,19 +27,6 @@ GPU = "nvidia.com/gpu"
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def api(clock: Clock) -> Iterator[KubeApiDouble]:
-    double = KubeApiDouble(clock=clock)
-    double.url = double.serve()  # type: ignore[attr-defined]
-    yield double
-    double.close()
-
-
-@pytest.fixture
 def clusters() -> Iterator[list[KubeCluster]]:
     made: list[KubeCluster] = []
     yield made
