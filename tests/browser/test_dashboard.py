@@ -6,18 +6,15 @@ still while the page is checked. Screenshots go to out/test-artifacts/.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-import uvicorn
 from playwright.sync_api import sync_playwright
 
+from app_server import serving
 from conftest import system_tool
 from loadmaster.serve import DemoOptions, build_demo, create_app
 from loadmaster.telemetry.xid import xid_meaning
@@ -32,32 +29,12 @@ def _need_chromium() -> None:
     system_tool("chromium", CHROMIUM)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, Any]]:
     """A demo server on a free port: (base URL, demo)."""
     demo = build_demo(DemoOptions(history_s=1800.0))
-    port = _free_port()
-    config = uvicorn.Config(
-        create_app(demo, run_stepper=False), host="127.0.0.1", port=port, log_level="warning"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        if time.monotonic() > deadline:
-            pytest.fail("the demo server did not start within 20 s")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", demo
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with serving(create_app(demo, run_stepper=False)) as url:
+        yield url, demo
 
 
 @pytest.fixture(scope="module")

@@ -8,17 +8,14 @@ holds the policy's notices. Screenshots go to out/test-artifacts/.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from playwright.sync_api import sync_playwright
 
+from app_server import serving
 from conftest import system_tool
 from loadmaster.scheduling.reclaim import LedgerEntry, ReclaimPolicy
 from loadmaster.serve import DemoOptions, build_demo, create_app
@@ -32,32 +29,15 @@ CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, Demo, ReclaimLoop]]:
     """A demo server whose reclaim loop has noticed the idle jobs: (base URL, demo, loop)."""
     demo = build_demo(DemoOptions(history_s=3600.0))
     loop = ReclaimLoop([ReclaimPolicy(idle_after_s=600, grace_s=3600)], StateStore(), interval_s=60)
     assert loop.step(demo), "the demo should have idle jobs to notice"
-    port = _free_port()
     app = create_app(demo, run_stepper=False, state=loop.state, reclaim=loop)
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        if time.monotonic() > deadline:
-            pytest.fail("the demo server did not start within 20 s")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}", demo, loop
-    srv.should_exit = True
-    thread.join(timeout=10)
+    with serving(app) as url:
+        yield url, demo, loop
 
 
 @pytest.fixture(scope="module")

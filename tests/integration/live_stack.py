@@ -1,5 +1,5 @@
 """The real parts the live integration tests start: ``loadmaster agent --fake-gpus``, a real Prometheus
-scraping agents, and ``loadmaster serve --config``; with a free port and a patient wait for each.
+scraping agents, and ``loadmaster serve --config``; with a patient wait for each.
 
 Imported as ``from live_stack import ...`` by the tests beside it (pytest puts this folder on the path).
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,13 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app_server import free_port
+
 CLI = [sys.executable, "-c", "from loadmaster.cli import main; main()"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prometheus_binary() -> str:

@@ -7,9 +7,7 @@ operator's bearer token as a production Prometheus would).
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,8 +16,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
+from app_server import free_port, serving
 from conftest import system_tool
 from loadmaster.serve import DemoOptions, build_demo, create_app
 from loadmaster.serve.demo import Demo
@@ -32,12 +30,6 @@ from loadmaster.telemetry.synthetic import GpuRef, NodeSpec, PlannedJob, Synthet
 
 PROMETHEUS = "/usr/bin/prometheus"
 FIELDS = ("GPU_UTIL", "POWER_USAGE", "FB_USED", "ECC_SBE_VOL_TOTAL", "NODE_IB_TX_BYTES")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -178,28 +170,17 @@ def demo_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoTarget
     """The demo served by uvicorn (stepper off, so values hold still) and a Prometheus scraping it."""
     _prometheus_binary()
     demo = build_demo(DemoOptions(history_s=1800.0))
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(demo, run_stepper=False), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline:
-            pytest.fail("the demo server did not start within 20 s")
-        time.sleep(0.05)
-    token = demo.tokens.token_of("operator")
-    auth = f"    authorization: {{credentials: '{token}'}}\n"
-    url, process = run_prometheus(tmp_path_factory.mktemp("prometheus-demo"), f"127.0.0.1:{port}", auth)
-    try:
-        wait_for_scrapes(url, process)
-        yield DemoTarget(url, f"http://127.0.0.1:{port}", demo)
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serving(create_app(demo, run_stepper=False)) as base:
+        token = demo.tokens.token_of("operator")
+        auth = f"    authorization: {{credentials: '{token}'}}\n"
+        target = base.removeprefix("http://")
+        url, process = run_prometheus(tmp_path_factory.mktemp("prometheus-demo"), target, auth)
+        try:
+            wait_for_scrapes(url, process)
+            yield DemoTarget(url, base, demo)
+        finally:
+            process.terminate()
+            process.wait(timeout=20)
 
 
 def test_demo_metrics_need_the_operator_token(demo_target: DemoTarget) -> None:
