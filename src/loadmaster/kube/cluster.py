@@ -488,22 +488,27 @@ class KubeCluster:
                     report.evicted.append(key)
         return held
 
-    def _evict(self, key: str, reason: str) -> bool:
-        if not self.lease.holds_now():
-            self.stats.add("fenced")
-            return False
+    def post_eviction(self, key: str) -> None:
+        """Ask the Eviction API to evict the pod ``key`` (it honours the pod's disruption budget: 429
+        while the budget allows none); raises ApiFailure when refused."""
         namespace, name = key.split("/", 1)
         body = client.V1Eviction(
             api_version="policy/v1",
             kind="Eviction",
             metadata=client.V1ObjectMeta(name=name, namespace=namespace),
         )
-        try:
-            _release(
-                self.core.create_namespaced_pod_eviction(
-                    name, namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
-                )
+        _release(
+            self.core.create_namespaced_pod_eviction(
+                name, namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
             )
+        )
+
+    def _evict(self, key: str, reason: str) -> bool:
+        if not self.lease.holds_now():
+            self.stats.add("fenced")
+            return False
+        try:
+            self.post_eviction(key)
         except ApiFailure as exc:  # still running (429: its disruption budget): decided again next cycle
             self.stats.add("eviction_failures")
             self._api_error(f"evict {key}", exc)

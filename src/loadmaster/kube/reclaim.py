@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from kubernetes import client
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import REQUEST_TIMEOUT_S, ApiFailure
@@ -299,17 +298,8 @@ class KubeReclaimer:
         if not self.cluster.lease.holds_now():
             self.cluster.stats.add("fenced")
             return "this replica no longer leads"
-        namespace, name = key.split("/", 1)
-        body = client.V1Eviction(
-            api_version="policy/v1",
-            kind="Eviction",
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
-        )
         try:
-            response: Any = self.cluster.core.create_namespaced_pod_eviction(
-                name, namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S
-            )
-            response.release_conn()
+            self.cluster.post_eviction(key)
         except ApiFailure as exc:
             self.cluster.stats.add("eviction_failures")
             self.cluster._api_error(f"evict {key} for reclaim", exc)
