@@ -71,23 +71,27 @@ def start_agent(
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def start_prometheus(
-    binary: str, folder: Path, targets: Sequence[str]
-) -> tuple[subprocess.Popen[bytes], str]:
-    """A real Prometheus scraping ``targets`` (host:port) every second, its data under ``folder``;
+def run_prometheus(binary: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A real Prometheus on a free port with ``folder/prometheus.yml``, its data in ``folder/data``;
     returns the process and its URL (not waited for: it answers 503 while it starts)."""
-    config = folder / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: gpus\n"
-        f"    static_configs: [{{targets: {json.dumps(list(targets))}}}]\n"
-    )
     port = free_port()
     process = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
+        [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     return process, f"http://127.0.0.1:{port}"
+
+
+def start_prometheus(
+    binary: str, folder: Path, targets: Sequence[str]
+) -> tuple[subprocess.Popen[bytes], str]:
+    """:func:`run_prometheus` scraping ``targets`` (host:port) every second."""
+    (folder / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s}\nscrape_configs:\n  - job_name: gpus\n"
+        f"    static_configs: [{{targets: {json.dumps(list(targets))}}}]\n"
+    )
+    return run_prometheus(binary, folder)
 
 
 def start_serve(folder: Path) -> tuple[subprocess.Popen[bytes], str]:

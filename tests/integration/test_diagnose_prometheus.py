@@ -13,7 +13,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from live_stack import run_prometheus
 from typer.testing import CliRunner
 
 from loadmaster.cli import app
@@ -47,12 +47,6 @@ def tool(name: str) -> str:
             pytest.fail(f"{name} is missing; CI installs it with the prometheus package (.ci/run)")
         pytest.skip(f"{name} is not installed")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def openmetrics(t0: float) -> str:
@@ -103,13 +97,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     backfill = [promtool, "tsdb", "create-blocks-from", "openmetrics", str(folder / "data.om")]
     subprocess.run([*backfill, str(folder / "data")], check=True, capture_output=True)
     (folder / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, f"--config.file={folder / 'prometheus.yml'}", f"--storage.tsdb.path={folder / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    process, url = run_prometheus(binary, folder)
     try:
         deadline = time.monotonic() + 90.0
         while time.monotonic() < deadline:

@@ -6,10 +6,6 @@ counts matching what the double recorded, and histograms PromQL can take quantil
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from live_stack import prometheus_binary, run_prometheus
 
 from kube.helpers import a_node, a_pod, a_pod_group
 from loadmaster.config import load_profiles
@@ -27,12 +24,6 @@ from loadmaster.kube.runner import run_loop
 from loadmaster.kube.serving import Health, HealthServer
 from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -69,15 +60,6 @@ def scheduler_metrics() -> Iterator[tuple[KubeApiDouble, int]]:
         api.close()
 
 
-def prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("the prometheus binary is missing; CI must install it (.ci/run)")
-        pytest.skip("the prometheus binary is not installed")
-    return found
-
-
 def query(url: str, promql: str) -> list[dict[str, object]]:
     body = httpx.get(f"{url}/api/v1/query", params={"query": promql}, timeout=5).json()
     result: list[dict[str, object]] = body["data"]["result"]
@@ -88,19 +70,12 @@ def test_prometheus_scrapes_the_scheduler(
     scheduler_metrics: tuple[KubeApiDouble, int], tmp_path: Path
 ) -> None:
     api, port = scheduler_metrics
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
+    (tmp_path / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         "scrape_configs:\n  - job_name: loadmaster\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{port}']}}]\n"
     )
-    listen = free_port()
-    command = [
-        prometheus_binary(), f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-        f"--web.listen-address=127.0.0.1:{listen}",
-    ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{listen}"
+    process, url = run_prometheus(prometheus_binary(), tmp_path)
     try:
         deadline = time.monotonic() + 40
         scheduled: list[dict[str, object]] = []
