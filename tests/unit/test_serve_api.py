@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,26 +9,9 @@ import pytest
 from loadmaster.serve import DemoOptions, build_demo, create_app
 from loadmaster.serve.auth import TokenTable
 from loadmaster.serve.demo import Demo
+from serve_demo import TestClient, auth, demo_fixtures
 
-with warnings.catch_warnings():
-    # Starlette's TestClient warns about its httpx transport on import; the tests run under -W error.
-    warnings.simplefilter("ignore")
-    from fastapi.testclient import TestClient
-
-
-@pytest.fixture(scope="module")
-def demo() -> Demo:
-    return build_demo(DemoOptions(history_s=1800.0, speed=60.0))
-
-
-@pytest.fixture(scope="module")
-def client(demo: Demo) -> Iterator[TestClient]:
-    with TestClient(create_app(demo, run_stepper=False)) as c:
-        yield c
-
-
-def _auth(demo: Demo, name: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {demo.tokens.token_of(name)}"}
+demo, client = demo_fixtures()
 
 
 def _users(demo: Demo) -> list[str]:
@@ -69,7 +50,7 @@ def test_every_api_route_needs_a_valid_token(client: TestClient, path: str, head
 
 
 def test_snapshot_is_columnar_with_one_entry_per_gpu(client: TestClient, demo: Demo) -> None:
-    snap = _get(client, "/api/cluster?metric=temp", _auth(demo, "operator"))
+    snap = _get(client, "/api/cluster?metric=temp", auth(demo, "operator"))
     gpus = demo.sim.nodes.total_gpus
     assert snap["gpus"]["count"] == gpus
     assert len(snap["gpus"]["state"]) == len(snap["gpus"]["badges"]) == gpus
@@ -86,20 +67,20 @@ def test_snapshot_is_columnar_with_one_entry_per_gpu(client: TestClient, demo: D
 
 
 def test_unknown_metric_is_404(client: TestClient, demo: Demo) -> None:
-    body = _get(client, "/api/cluster?metric=nope", _auth(demo, "operator"), status=404)
+    body = _get(client, "/api/cluster?metric=nope", auth(demo, "operator"), status=404)
     assert "known: util" in body["detail"]
 
 
 def test_user_sees_others_only_in_aggregate(client: TestClient, demo: Demo) -> None:
     user = _users(demo)[0]
-    snap = _get(client, "/api/cluster", _auth(demo, user))
+    snap = _get(client, "/api/cluster", auth(demo, user))
     owners = snap["owners"]
     assert set(owners["user"]) <= {user, "others"}
     assert "others" in owners["job"] and owners["hidden_jobs"] > 0
-    jobs = _get(client, "/api/jobs?scope=all", _auth(demo, user))
+    jobs = _get(client, "/api/jobs?scope=all", auth(demo, user))
     assert {j["user"] for j in jobs["jobs"]} == {user}
     assert jobs["others"]["running_jobs"] > 0 and jobs["others"]["users"] > 0
-    queue = _get(client, "/api/queue", _auth(demo, user))
+    queue = _get(client, "/api/queue", auth(demo, user))
     assert all(j["user"] == user for q in queue["queues"] for j in q["jobs"])
 
 
@@ -108,17 +89,17 @@ def test_job_details_are_the_owners_or_an_operators(client: TestClient, demo: De
     running = list(demo.sim.cluster.running.values())
     own = next(r.job.id for r in running if r.job.user == user)
     other = next(r.job.id for r in running if r.job.user != user)
-    mine = _get(client, f"/api/jobs/{own}", _auth(demo, user))
+    mine = _get(client, f"/api/jobs/{own}", auth(demo, user))
     assert mine["state"] == "running" and mine["placements"]
-    _get(client, f"/api/jobs/{other}", _auth(demo, user), status=403)
-    _get(client, f"/api/jobs/{other}/telemetry", _auth(demo, user), status=403)
-    _get(client, f"/api/jobs/{other}", _auth(demo, "operator"))
-    _get(client, "/api/jobs/j999999", _auth(demo, "operator"), status=404)
+    _get(client, f"/api/jobs/{other}", auth(demo, user), status=403)
+    _get(client, f"/api/jobs/{other}/telemetry", auth(demo, user), status=403)
+    _get(client, f"/api/jobs/{other}", auth(demo, "operator"))
+    _get(client, "/api/jobs/j999999", auth(demo, "operator"), status=404)
 
 
 def test_job_telemetry_is_a_rank_by_time_matrix(client: TestClient, demo: Demo) -> None:
     job = max(demo.sim.cluster.running.values(), key=lambda r: r.job.gpus).job
-    body = _get(client, f"/api/jobs/{job.id}/telemetry?metric=util", _auth(demo, "operator"))
+    body = _get(client, f"/api/jobs/{job.id}/telemetry?metric=util", auth(demo, "operator"))
     assert len(body["ranks"]) == int(job.gpus)
     assert len(body["values"]) == len(body["ranks"])
     assert all(len(row) == len(body["times_s"]) for row in body["values"])
@@ -127,10 +108,10 @@ def test_job_telemetry_is_a_rank_by_time_matrix(client: TestClient, demo: Demo) 
 
 def test_operator_endpoints_refuse_users(client: TestClient, demo: Demo) -> None:
     user = _users(demo)[0]
-    _get(client, "/api/operator/summary", _auth(demo, user), status=403)
-    response = client.post("/api/operator/speed", json={"speed": 5}, headers=_auth(demo, user))
+    _get(client, "/api/operator/summary", auth(demo, user), status=403)
+    response = client.post("/api/operator/speed", json={"speed": 5}, headers=auth(demo, user))
     assert response.status_code == 403
-    summary = _get(client, "/api/operator/summary", _auth(demo, "operator"))
+    summary = _get(client, "/api/operator/summary", auth(demo, "operator"))
     assert sum(summary["by_state"].values()) == demo.sim.nodes.total_gpus
     assert {p["pool"] for p in summary["pools"]} == set(demo.sim.nodes.pools)
     assert summary["idle_allocated"]["gpus"] == summary["by_state"]["allocated-idle"]
@@ -141,16 +122,16 @@ def test_job_findings_follow_the_jobs_access_rules(client: TestClient, demo: Dem
     running = list(demo.sim.cluster.running.values())
     own = next(r.job.id for r in running if r.job.user == user)
     other = next(r.job.id for r in running if r.job.user != user)
-    mine = _get(client, f"/api/jobs/{own}/findings", _auth(demo, user))
+    mine = _get(client, f"/api/jobs/{own}/findings", auth(demo, user))
     assert mine["job"] == own and isinstance(mine["findings"], list)
-    _get(client, f"/api/jobs/{other}/findings", _auth(demo, user), status=403)
-    _get(client, f"/api/jobs/{other}/findings", _auth(demo, "operator"))
-    _get(client, "/api/jobs/j999999/findings", _auth(demo, "operator"), status=404)
+    _get(client, f"/api/jobs/{other}/findings", auth(demo, user), status=403)
+    _get(client, f"/api/jobs/{other}/findings", auth(demo, "operator"))
+    _get(client, "/api/jobs/j999999/findings", auth(demo, "operator"), status=404)
 
 
 def test_job_findings_name_kind_targets_interval_evidence_confidence(client: TestClient, demo: Demo) -> None:
     bodies = [
-        _get(client, f"/api/jobs/{job_id}/findings", _auth(demo, "operator"))
+        _get(client, f"/api/jobs/{job_id}/findings", auth(demo, "operator"))
         for job_id in sorted(demo.sim.cluster.running)
     ]
     findings = [f for b in bodies for f in b["findings"]]
@@ -167,7 +148,7 @@ def test_a_job_page_reaching_before_the_telemetry_shows_no_missing_data() -> Non
     long = build_demo(DemoOptions(speed=60.0))
     with TestClient(create_app(long, run_stepper=False)) as c:
         bodies = [
-            _get(c, f"/api/jobs/{job_id}/findings", _auth(long, "operator"))
+            _get(c, f"/api/jobs/{job_id}/findings", auth(long, "operator"))
             for job_id in sorted(long.sim.cluster.running)
         ]
     assert not [f["summary"] for b in bodies for f in b["findings"] if f["kind"] == "missing"]
@@ -175,8 +156,8 @@ def test_a_job_page_reaching_before_the_telemetry_shows_no_missing_data() -> Non
 
 
 def test_reclaim_report_is_for_operators_and_names_idle_gpus(client: TestClient, demo: Demo) -> None:
-    _get(client, "/api/operator/reclaim", _auth(demo, _users(demo)[0]), status=403)
-    report = _get(client, "/api/operator/reclaim", _auth(demo, "operator"))
+    _get(client, "/api/operator/reclaim", auth(demo, _users(demo)[0]), status=403)
+    report = _get(client, "/api/operator/reclaim", auth(demo, "operator"))
     assert report["at_s"] == demo.now_s
     assert report["rule"]["sample_s"] >= demo.options.telemetry_step_s
     assert report["idle_gpus"] > 0, "the demo holds idle allocations"
@@ -187,13 +168,13 @@ def test_reclaim_report_is_for_operators_and_names_idle_gpus(client: TestClient,
 
 
 def test_operator_can_change_the_speed(client: TestClient, demo: Demo) -> None:
-    response = client.post("/api/operator/speed", json={"speed": 120}, headers=_auth(demo, "operator"))
+    response = client.post("/api/operator/speed", json={"speed": 120}, headers=auth(demo, "operator"))
     assert response.json() == {"speed": 120, "paused": False}
     demo.set_speed(60)
 
 
 def test_queue_says_why_each_job_waits(client: TestClient, demo: Demo) -> None:
-    queue = _get(client, "/api/queue", _auth(demo, "operator"))
+    queue = _get(client, "/api/queue", auth(demo, "operator"))
     rows = [j for q in queue["queues"] for j in q["jobs"]]
     assert len(rows) == len(demo.sim.cluster.pending)
     for row in rows:
@@ -203,20 +184,20 @@ def test_queue_says_why_each_job_waits(client: TestClient, demo: Demo) -> None:
 
 def test_me_and_nodes(client: TestClient, demo: Demo) -> None:
     user = _users(demo)[0]
-    me = _get(client, "/api/me", _auth(demo, user))
+    me = _get(client, "/api/me", auth(demo, user))
     assert me["name"] == user and me["role"] == "user" and me["running"]
-    nodes = _get(client, "/api/nodes", _auth(demo, user))
+    nodes = _get(client, "/api/nodes", auth(demo, user))
     assert len(nodes["nodes"]) == len(demo.sim.nodes)
     first = demo.sim.nodes.nodes[0]
-    node = _get(client, f"/api/nodes/{first.name}", _auth(demo, user))
+    node = _get(client, f"/api/nodes/{first.name}", auth(demo, user))
     assert len(node["gpus"]) == first.gpus
     assert all(g["user"] in {None, user, "others"} for g in node["gpus"])
-    _get(client, "/api/nodes/nope", _auth(demo, user), status=404)
+    _get(client, "/api/nodes/nope", auth(demo, user), status=404)
 
 
 def test_scrubber_shows_a_past_frame(client: TestClient, demo: Demo) -> None:
     now = demo.now_s
-    past = _get(client, f"/api/cluster?at={now - 900}", _auth(demo, "operator"))
+    past = _get(client, f"/api/cluster?at={now - 900}", auth(demo, "operator"))
     assert demo.oldest_s <= past["time_s"] <= now - 900
     assert past["now_s"] == now
 
@@ -261,10 +242,10 @@ def test_tokens_are_written_for_the_demo_users(tmp_path: Any) -> None:
 def test_each_users_layout_is_saved_on_the_server(client: TestClient, demo: Demo) -> None:
     first, second = _users(demo)[:2]
     layout = {"colour": "util", "layout": "user", "collapsed": ["pool:training"]}
-    saved = client.put("/api/me/layout", json=layout, headers=_auth(demo, first))
+    saved = client.put("/api/me/layout", json=layout, headers=auth(demo, first))
     assert saved.status_code == 200
-    assert _get(client, "/api/me/layout", _auth(demo, first)) == layout
-    assert _get(client, "/api/me/layout", _auth(demo, second)) == {}  # one user's layout is theirs alone
+    assert _get(client, "/api/me/layout", auth(demo, first)) == layout
+    assert _get(client, "/api/me/layout", auth(demo, second)) == {}  # one user's layout is theirs alone
 
 
 @pytest.mark.parametrize(
@@ -275,6 +256,6 @@ def test_a_bad_layout_is_refused_naming_the_field(
     client: TestClient, demo: Demo, bad: dict[str, object]
 ) -> None:
     user = _users(demo)[0]
-    response = client.put("/api/me/layout", json=bad, headers=_auth(demo, user))
+    response = client.put("/api/me/layout", json=bad, headers=auth(demo, user))
     assert response.status_code == 422
     assert next(iter(bad)) in response.text

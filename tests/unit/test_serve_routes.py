@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 import time
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,32 +13,17 @@ from fastapi.routing import APIRoute
 
 from loadmaster.errors import TelemetryError
 from loadmaster.scheduling.reclaim import ReclaimPolicy
-from loadmaster.serve import DemoOptions, build_demo, create_app
+from loadmaster.serve import create_app
 from loadmaster.serve.app import operators, public, users
 from loadmaster.serve.demo import Demo
 from loadmaster.serve.reclaimloop import ReclaimLoop
 from loadmaster.serve.state import LedgerEntry, StateStore
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # Starlette's TestClient warns about its httpx transport on import
-    from fastapi.testclient import TestClient
+from serve_demo import TestClient, auth, demo_fixtures
 
 PUBLIC = {"/", "/vendor/plotly.min.js", "/api/health"}
 
 
-@pytest.fixture(scope="module")
-def demo() -> Demo:
-    return build_demo(DemoOptions(history_s=1800.0, speed=60.0))
-
-
-@pytest.fixture(scope="module")
-def client(demo: Demo) -> Iterator[TestClient]:
-    with TestClient(create_app(demo, run_stepper=False)) as c:
-        yield c
-
-
-def _auth(demo: Demo, name: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {demo.tokens.token_of(name)}"}
+demo, client = demo_fixtures()
 
 
 def _user(demo: Demo) -> str:
@@ -71,13 +54,13 @@ def test_every_other_route_is_401_without_a_token(client: TestClient, method: st
 def test_every_operator_route_is_403_for_a_user(
     client: TestClient, demo: Demo, method: str, path: str
 ) -> None:
-    response = client.request(method, path, headers=_auth(demo, _user(demo)))
+    response = client.request(method, path, headers=auth(demo, _user(demo)))
     assert response.status_code == 403, response.text
 
 
 def test_openapi_needs_a_token_and_declares_bearer(client: TestClient, demo: Demo) -> None:
     assert client.get("/openapi.json").status_code == 401
-    doc = client.get("/openapi.json", headers=_auth(demo, _user(demo))).json()
+    doc = client.get("/openapi.json", headers=auth(demo, _user(demo))).json()
     schemes = doc["components"]["securitySchemes"]
     assert schemes == {
         "HTTPBearer": {
@@ -102,9 +85,9 @@ def test_without_a_loop_operator_actions_are_recorded_for_the_scheduler(demo: De
     notice = store.record(_entry(demo, job, "notify (dry run)"))
     evicted = store.record(_entry(demo, job, "evict"))
     with TestClient(create_app(demo, run_stepper=False, state=store)) as c:
-        op = _auth(demo, "operator")
+        op = auth(demo, "operator")
         assert (
-            c.post(f"/api/operator/ledger/{notice.id}/approve", headers=_auth(demo, _user(demo))).status_code
+            c.post(f"/api/operator/ledger/{notice.id}/approve", headers=auth(demo, _user(demo))).status_code
             == 403
         )
         approved = c.post(f"/api/operator/ledger/{notice.id}/approve", headers=op).json()
@@ -127,7 +110,7 @@ def test_with_a_loop_an_approved_notice_is_acted_on_for_real_at_the_next_look(de
     assert noticed and all(d.dry_run for d in noticed)
     notice = next(e for e in store.ledger() if e.job == noticed[0].job)
     with TestClient(create_app(demo, run_stepper=False, state=store, reclaim=loop)) as c:
-        made = c.post(f"/api/operator/ledger/{notice.id}/approve", headers=_auth(demo, "operator")).json()
+        made = c.post(f"/api/operator/ledger/{notice.id}/approve", headers=auth(demo, "operator")).json()
     assert made["ref"] == notice.id and notice.job in loop.tracker.approved
     demo.advance(120.0)
     acted = [d for d in loop.step(demo) if d.job == notice.job]
@@ -142,7 +125,7 @@ def test_owners_see_the_ledger_of_their_own_jobs_only(demo: Demo) -> None:
     store.record(LedgerEntry(demo.now_s, job, mine, "team-a", "notify", "idle", "scheduler", 1, 0.5))
     store.record(LedgerEntry(demo.now_s, "x", other, "team-b", "notify", "idle", "scheduler", 1, 0.5))
     with TestClient(create_app(demo, run_stepper=False, state=store)) as c:
-        entries = c.get("/api/me/reclaim", headers=_auth(demo, mine)).json()["entries"]
+        entries = c.get("/api/me/reclaim", headers=auth(demo, mine)).json()["entries"]
         assert c.get("/api/me/reclaim").status_code == 401
     assert [(e["job"], e["owner"]) for e in entries] == [(job, mine)]
     assert [e.owner for e in store.ledger(owners=(mine,), namespaces=("team-b",))] == [other, mine]
