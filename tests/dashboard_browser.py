@@ -1,4 +1,5 @@
-"""Shared by the dashboard's browser tests: a demo served by uvicorn in a thread, Chromium, screenshots.
+"""Shared by the dashboard's browser tests: Chromium, a signed-in page, screenshots (the demo server:
+``app_server.serving``).
 
 A missing Chromium fails the test (``system_tool``), never skips it, so a CI run without the browser
 cannot pass as if the dashboard had been checked.
@@ -6,49 +7,17 @@ cannot pass as if the dashboard had been checked.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
-import uvicorn
-from fastapi import FastAPI
 from playwright.sync_api import sync_playwright
 
 from conftest import system_tool
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "out" / "test-artifacts"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextmanager
-def serving(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` on a free local port in a thread; yields its base URL."""
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not srv.started:
-        if time.monotonic() > deadline:
-            pytest.fail("the demo server did not start within 20 s")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        thread.join(timeout=10)
 
 
 @contextmanager

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from dashboard_browser import chromium, open_page, serving, shot
+from app_server import serving
+from dashboard_browser import chromium, open_page, shot
 from loadmaster.serve import DemoOptions, build_demo, create_app, views
 from loadmaster.serve.demo import DEMO_LOAD
 
