@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kube.test_serve_live import GPUS, scheduled, telemetry
+from kube.test_serve_live import GPUS, get, scheduled, telemetry
 from loadmaster.kube.api import api_client
 from loadmaster.kube.watch import ClusterWatch
 from loadmaster.serve import create_app
@@ -37,12 +37,6 @@ def live(api: KubeApiDouble) -> Iterator[tuple[LiveDashboard, TestClient]]:
     with TestClient(app) as client:
         yield board, client
     watch.stop()
-
-
-def get(board: LiveDashboard, client: TestClient, path: str, who: str, status: int = 200) -> Any:
-    response = client.get(path, headers={"Authorization": f"Bearer {board.tokens.token_of(who)}"})  # type: ignore[attr-defined]
-    assert response.status_code == status, response.text
-    return response.json()
 
 
 def test_history_and_groups_over_a_live_cluster(live: Any) -> None:
