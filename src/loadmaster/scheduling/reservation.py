@@ -450,15 +450,7 @@ class Future:
         """
         state = self.state
         gpus, cpus, memories = self.plan.per_node(k, len(state.nodes))
-        cap: IntArray | None = None
-        if request.whole_gpus:
-            cap = np.minimum(state.whole_free + gpus, state.nodes.gpus) // request.whole_gpus
-        if request.cpu_milli:
-            cpu = (state.cpu_free + cpus) // request.cpu_milli
-            cap = cpu if cap is None else np.minimum(cap, cpu)
-        if request.memory_mib:
-            memory = (state.memory_free + memories) // request.memory_mib
-            cap = memory if cap is None else np.minimum(cap, memory)
+        cap = _task_cap(state, request, gpus, cpus, memories)
         if cap is None:
             return int(np.count_nonzero(allowed)) * (np.iinfo(np.int64).max // 2)
         return int(cap[allowed].sum())
@@ -471,15 +463,7 @@ class Future:
         if matrices is None:
             return None
         gpus, cpus, memories = matrices
-        cap: IntArray | None = None
-        if request.whole_gpus:
-            cap = np.minimum(state.whole_free + gpus, state.nodes.gpus) // request.whole_gpus
-        if request.cpu_milli:
-            cpu = (state.cpu_free + cpus) // request.cpu_milli
-            cap = cpu if cap is None else np.minimum(cap, cpu)
-        if request.memory_mib:
-            memory = (state.memory_free + memories) // request.memory_mib
-            cap = memory if cap is None else np.minimum(cap, memory)
+        cap = _task_cap(state, request, gpus, cpus, memories)
         return None if cap is None else cap[:, allowed].sum(axis=1)
 
 
@@ -577,3 +561,21 @@ def _first_fit(future: Future, need: int, placer: Placer, request: TaskRequest) 
         else:
             low = middle + 1
     return low
+
+
+def _task_cap(
+    state: WorkingState, request: TaskRequest, gpus: IntArray, cpus: IntArray, memories: IntArray
+) -> IntArray | None:
+    """Tasks of ``request`` each node holds once ``gpus``, ``cpus`` and ``memories`` are released on
+    top of what is free (per node, or a row per ``k`` when given as matrices, by broadcasting); None
+    when the request asks for no GPU, CPU or memory. Released GPUs count as wholly free."""
+    cap: IntArray | None = None
+    if request.whole_gpus:
+        cap = np.minimum(state.whole_free + gpus, state.nodes.gpus) // request.whole_gpus
+    if request.cpu_milli:
+        cpu = (state.cpu_free + cpus) // request.cpu_milli
+        cap = cpu if cap is None else np.minimum(cap, cpu)
+    if request.memory_mib:
+        memory = (state.memory_free + memories) // request.memory_mib
+        cap = memory if cap is None else np.minimum(cap, memory)
+    return cap
