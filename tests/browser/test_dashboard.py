@@ -7,26 +7,17 @@ still while the page is checked. Screenshots go to out/test-artifacts/.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from playwright.sync_api import sync_playwright
 
 from app_server import serving
-from conftest import system_tool
+from dashboard_browser import chromium, shot
 from loadmaster.serve import DemoOptions, build_demo, create_app
 from loadmaster.telemetry.xid import xid_meaning
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(__file__).resolve().parents[2] / "out" / "test-artifacts"
-
-
-def _need_chromium() -> None:
-    system_tool("chromium", CHROMIUM)
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +30,8 @@ def server() -> Iterator[tuple[str, Any]]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    _need_chromium()
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
+    with chromium() as b:
+        yield b
 
 
 def _open(browser: Any, base: str, token: str, hash_args: str = "") -> Any:
@@ -53,11 +41,6 @@ def _open(browser: Any, base: str, token: str, hash_args: str = "") -> Any:
     return page
 
 
-def _shot(page: Any, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
-
-
 def test_one_tile_per_gpu_and_views_change_the_picture(server: tuple[str, Any], browser: Any) -> None:
     base, demo = server
     page = _open(browser, base, demo.tokens.token_of("operator"))
@@ -65,7 +48,7 @@ def test_one_tile_per_gpu_and_views_change_the_picture(server: tuple[str, Any], 
     assert page.evaluate("window.loadmaster.tileCount()") == gpus
     assert page.get_attribute("#tiles", "data-tiles") == str(gpus)
     assert page.get_attribute("#tiles", "data-gpus") == str(gpus)
-    _shot(page, "operator-state")
+    shot(page, "operator-state")
     by_state = page.evaluate("window.loadmaster.canvasHash()")
 
     page.select_option("#colour", "util")
@@ -73,7 +56,7 @@ def test_one_tile_per_gpu_and_views_change_the_picture(server: tuple[str, Any], 
     assert page.evaluate("window.loadmaster.tileCount()") == gpus
     by_util = page.evaluate("window.loadmaster.canvasHash()")
     assert by_util != by_state
-    _shot(page, "operator-util")
+    shot(page, "operator-util")
 
     page.select_option("#layout", "user")
     page.wait_for_selector("#tiles[data-layout=user]")
@@ -90,7 +73,7 @@ def test_clicking_a_node_opens_its_gpus(server: tuple[str, Any], browser: Any) -
     page.mouse.click(point["x"], point["y"])
     page.wait_for_selector(f"#node-panel[data-node='{node.name}']")
     assert page.locator("#node-panel [data-testid=node-gpu]").count() == node.gpus
-    _shot(page, "node-panel")
+    shot(page, "node-panel")
     page.close()
 
 
@@ -105,17 +88,17 @@ def test_user_sees_own_job_and_is_refused_anothers(server: tuple[str, Any], brow
     assert page.evaluate("window.loadmaster.tileCount()") == demo.sim.nodes.total_gpus
     page.click("#tabs button[data-view=me]")
     page.wait_for_selector("[data-testid=my-job]")
-    _shot(page, "user-me")
+    shot(page, "user-me")
 
     page.evaluate(f"window.loadmaster.openJob({own!r})")
     page.wait_for_selector("[data-testid=job-title]")
     assert own in page.inner_text("[data-testid=job-title]")
     page.wait_for_selector("[data-testid=sparkline]")
-    _shot(page, "user-own-job")
+    shot(page, "user-own-job")
 
     page.evaluate(f"window.loadmaster.openJob({other!r})")
     page.wait_for_selector("#job-info .error[data-status='403']")
-    _shot(page, "user-other-job-403")
+    shot(page, "user-other-job-403")
     assert page.locator("#tabs button[data-view=operator]").is_hidden()
     page.close()
 
@@ -137,7 +120,7 @@ def test_operator_sees_reclaim_table_and_job_page_shows_findings(
     assert rows.count() > 0
     idle_row = next(r for r in rows.all() if "idle" in r.locator("td").last.inner_text())
     assert "GPUs of" in idle_row.inner_text()
-    _shot(page, "operator-reclaim")
+    shot(page, "operator-reclaim")
 
     job = idle_row.locator("a[data-job]").get_attribute("data-job")
     page.evaluate(f"window.loadmaster.openJob({job!r})")
@@ -146,7 +129,7 @@ def test_operator_sees_reclaim_table_and_job_page_shows_findings(
     assert findings.count() > 0
     assert "idle" in [f.get_attribute("data-kind") for f in findings.all()]
     assert len(findings.first.locator("td").all()) == 5  # kind, targets, interval, evidence, confidence
-    _shot(page, "job-findings")
+    shot(page, "job-findings")
     page.close()
 
 
@@ -175,5 +158,5 @@ def test_signed_out_page_hides_the_operator_tab_and_operators_read_xid_meanings(
         float(r.locator("td").nth(5).inner_text()) for r in page.locator("[data-testid=reclaim-row]").all()
     ]
     assert wasted == sorted(wasted, reverse=True)  # ranked by wasted GPU-hours
-    _shot(page, "operator-unhealthy")
+    shot(page, "operator-unhealthy")
     page.close()
