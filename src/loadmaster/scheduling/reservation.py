@@ -98,7 +98,8 @@ def _room_less(state: WorkingState, held: Held, allowed: BoolArray, request: Tas
     cap: IntArray | None = None
     if request.whole_gpus:
         # max(free - held, 0) is a whole GPU exactly when free - held is
-        cap = np.count_nonzero(state.gpu_free - held.gpu == MILLI_PER_GPU, axis=1) // request.whole_gpus
+        # a sum of booleans: count_nonzero with an axis goes through Python-level dtype checks
+        cap = (state.gpu_free - held.gpu == MILLI_PER_GPU).sum(axis=1) // request.whole_gpus
     elif request.is_fractional:
         cap = (np.maximum(state.gpu_free - held.gpu, 0) // request.gpu_milli).sum(axis=1)
     elif request.mig_profile is not None:
@@ -475,8 +476,13 @@ def earliest_start(
     future: Future,
     reservations: Sequence[Reservation],
     placer: Placer,
+    sums: dict[tuple[int, ...], Held] | None = None,
 ) -> Reservation | None:
     """The first time from ``ctx.now`` at which ``pending`` fits for ``run_s`` seconds, or None.
+
+    ``sums`` keeps the summed holdings of each set of overlapping reservations (by their indices
+    in ``reservations``); a caller whose ``reservations`` only grow (one backfill walk) passes the
+    same dict to every search, so each sum is made once per walk rather than once per search.
 
     Without reservations, capacity only grows as jobs end, so a binary search
     over the releases finds the first time the job could fit. From there the
@@ -494,8 +500,8 @@ def earliest_start(
     index = first
     state = future.after(first)
     request = pending.job.request
-    sums: dict[tuple[int, ...], Held] = {}
-    """Summed holdings of each set of overlapping reservations met in the scan."""
+    if sums is None:
+        sums = {}
     previous = None
     for time_s in heapq.merge([start], times, ends):
         if time_s == previous:

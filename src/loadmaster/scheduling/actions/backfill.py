@@ -33,7 +33,7 @@ from loadmaster.scheduling.reservation import (
     without,
 )
 from loadmaster.scheduling.session import Session
-from loadmaster.scheduling.state import WorkingState
+from loadmaster.scheduling.state import Held, WorkingState
 from loadmaster.scheduling.status import Status, wait
 
 
@@ -136,6 +136,8 @@ class _Walk:
         self.scoring = Scoring(tuple(session.profile.scores))
         self.futures = _Futures(session, self.plugin)
         self.reservations: list[Reservation] = []
+        self.held_sums: dict[tuple[int, ...], Held] = {}
+        """Summed holdings of sets of reservations, by their indices: the list only grows in a walk."""
         self.shadows = _Shadows(session, self.reservations)
         self.per_lane: dict[str, int] = {}
         self.starving_held = 0
@@ -183,6 +185,7 @@ class _Walk:
                 reservations=self.reservations,
                 scoring=self.scoring,
                 now_status=status,
+                sums=self.held_sums,
             )
             if status.estimated_start_s is not None:
                 self.per_lane[lane] = held + 1
@@ -257,13 +260,14 @@ def _reserve(
     reservations: list[Reservation],
     scoring: Scoring,
     now_status: Status,
+    sums: dict[tuple[int, ...], Held],
 ) -> Status:
     allowed = allowed_nodes(session, pending.job)
     if isinstance(allowed, Status):
         return allowed
     placer = Placer(allowed, scoring, session.profile.place_gang)
     found = earliest_start(
-        pending, run_s, ctx=session.ctx, future=future, reservations=reservations, placer=placer
+        pending, run_s, ctx=session.ctx, future=future, reservations=reservations, placer=placer, sums=sums
     )
     found = keep_promise(session, pending, found, run_s=run_s, future=future, reservations=reservations)
     if found is None:
