@@ -16,6 +16,10 @@ pinned commit) also runs the authors' simulator on every case in the same run,
 timed beside ours, and checks that it still produces the committed outputs;
 ``--record`` rewrites those outputs instead. Without it the JSON says the
 authors' side was not run and why. Writes benchmarks/results/validate_research.json.
+
+Then it validates Gavel's policies the same way (``benchmarks/validate_gavel.py``, run as its own
+process with the same ``--repeats``, and ``--gavel DIR`` with ``--gavel-python`` when given; it writes
+benchmarks/results/validate_gavel.json); ``--skip-gavel`` leaves it out.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import argparse
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -92,6 +97,9 @@ def main() -> None:
     parser.add_argument("--python2", default="python2.7", help="command that runs Python 2.7 with numpy 1.16")
     parser.add_argument("--record", action="store_true", help="rewrite the committed reference outputs")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per case and simulator (median)")
+    parser.add_argument("--gavel", type=Path, default=None, help="the Gavel authors' scheduler/ folder")
+    parser.add_argument("--gavel-python", default="python3", help="the Python that runs Gavel's simulator")
+    parser.add_argument("--skip-gavel", action="store_true", help="validate Tiresias only")
     args = parser.parse_args()
     data = data_dir(args.data)
     cases: dict[str, dict[str, object]] = {}
@@ -174,6 +182,17 @@ def main() -> None:
             "pass": all(bool(c["pass"]) for c in checks.values()),
         },
     )
+    if not args.skip_gavel:
+        gavel = [
+            sys.executable,
+            str(ROOT / "benchmarks" / "validate_gavel.py"),
+            "--repeats",
+            str(args.repeats),
+        ]
+        if args.gavel is not None:
+            gavel += ["--gavel", str(args.gavel)]
+        print(f"\n{shlex.join(gavel)}", flush=True)
+        subprocess.run(gavel, check=True)
 
 
 if __name__ == "__main__":
