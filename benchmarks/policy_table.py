@@ -562,7 +562,7 @@ def print_table(result: dict[str, object]) -> None:
 
 
 def plots(result: dict[str, object], rows: list[dict[str, object]]) -> list[Path]:
-    from loadmaster.report.plots import policy_color  # noqa: PLC0415
+    from loadmaster.report.charts import policy_color  # noqa: PLC0415
 
     written = []
     part_a = result["part_a"]
