@@ -1,4 +1,6 @@
-"""Policy table: every shipped profile on the lab cluster at four loads, and the effects of MISSION.md.
+"""Policy table: every shipped profile on the lab cluster at four loads, and the production effects.
+
+The effects (part B) are those of docs/design-principles.md.
 
 Part A (the policy table): the built-in ``lab`` cluster and ``lab`` workload at
 loads 0.5, 0.7, 0.9 and 1.1, every production profile (kube-default, fifo,
@@ -484,7 +486,7 @@ def markdown(result: dict[str, object]) -> str:
     b = result["part_b"]
     lines += [
         "",
-        "## Part B: the effects of MISSION.md",
+        "## Part B: the effects of docs/design-principles.md",
         "",
         f"Mixed workload `{MIXED.relative_to(HERE.parent)}` (training pool only, 1-GPU and 8-GPU jobs, "
         f"load {result['mixed_load']:g}). Whole free nodes: wholly free 8-GPU training nodes, "
