@@ -9,11 +9,11 @@ the static and the interactive charts cannot drift apart.
 Why two renderers and not plotly with exported images: exporting plotly
 figures (kaleido 1.5.1) drives a headless Chromium, which every ``loadmaster
 simulate`` (it writes the PNGs) and every test running it would then need,
-and it was not faster. A one-off measurement (not a benchmark of the
+for no clear gain in time. A one-off measurement (not a benchmark of the
 repository: kaleido is no dependency) wrote four figures of six 2,000-step
 lines each on the 2-core development machine under a load of about 10:
-17.6 s through kaleido and the system Chromium, 14.1 s with matplotlib
-(plus 7 s importing it, which ``simulate`` pays anyway for the other plots).
+17.6 s through kaleido and the system Chromium; 14.1 s with matplotlib, plus
+7 s for importing matplotlib, which the kaleido path would not need.
 """
 
 from __future__ import annotations
