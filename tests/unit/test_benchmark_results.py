@@ -63,7 +63,6 @@ PENDING: dict[str, tuple[str, str]] = {
     "diagnostics_bench.json": (_TIMED, "python benchmarks/diagnostics_bench.py --seed 0"),
     "sweep_scale_quick.json": (_TIMED, "python benchmarks/sweep_scale.py --quick --workers 2 --repeats 2"),
     "peer_speed.json": (_TIMED, "python benchmarks/peer_speed.py --repeats 3"),
-    "reclaim_effect.json": (_NOT_REACHED, "python benchmarks/reclaim_effect.py"),
     "fgd_openb.json": (
         _NOT_REACHED,
         "python benchmarks/fgd_openb.py --seeds 10 --workers 2 --draws reference",
