@@ -56,7 +56,6 @@ PENDING: dict[str, tuple[str, str]] = {
         "python benchmarks/sim_throughput.py --loads 1.1 --timeout 120 --workers 2 "
         "--out benchmarks/results/sim_throughput.json",
     ),
-    "trace_io.json": (_TIMED, "python benchmarks/trace_io.py --rows 1000000"),
     "cycle_latency.json": (_TIMED, "python benchmarks/cycle_latency.py --cycles 100 --seed 5"),
     "diagnostics_bench.json": (_TIMED, "python benchmarks/diagnostics_bench.py --seed 0"),
     "sweep_scale_quick.json": (_TIMED, "python benchmarks/sweep_scale.py --quick --workers 2 --repeats 2"),
