@@ -57,7 +57,6 @@ PENDING: dict[str, tuple[str, str]] = {
         "--out benchmarks/results/sim_throughput.json",
     ),
     "cycle_latency.json": (_TIMED, "python benchmarks/cycle_latency.py --cycles 100 --seed 5"),
-    "diagnostics_bench.json": (_TIMED, "python benchmarks/diagnostics_bench.py --seed 0"),
     "sweep_scale_quick.json": (_TIMED, "python benchmarks/sweep_scale.py --quick --workers 2 --repeats 2"),
     "peer_speed.json": (_TIMED, "python benchmarks/peer_speed.py --repeats 3"),
 }
