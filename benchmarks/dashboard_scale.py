@@ -36,7 +36,10 @@ from typing import Any
 import httpx
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results" / "dashboard_scale.json"
+from results_io import provenance, write_results
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "dashboard_scale.json"
 CHROMIUM = "/usr/bin/chromium"
 TARGET_PAYLOAD_KB = 300.0
 TARGET_P99_MS = 100.0
@@ -136,6 +139,7 @@ def main() -> None:
         else:
             serve(args.gpus, args.serve, args.ready_file)
         return
+    source = provenance(ROOT)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     ready = Path(tempfile.mkdtemp()) / "ready.json"
@@ -154,19 +158,23 @@ def main() -> None:
         child.terminate()
         child.wait(timeout=30)
     if args.live:
-        _report_live(args, info, m)
+        _report_live(args, info, m, source)
     else:
-        _report(args, info, m)
+        _report(args, info, m, source)
 
 
-def _report_live(args: argparse.Namespace, info: dict[str, Any], m: dict[str, float]) -> None:
-    """Print the live row and add it to the results file under ``live`` (the demo row stays)."""
+def _report_live(
+    args: argparse.Namespace, info: dict[str, Any], m: dict[str, float], source: dict[str, object]
+) -> None:
+    """Print the live row and add it to the results file under ``live`` (the demo row stays).
+
+    The row carries its own stamp; the file's stays the demo row's (the commit it measured).
+    """
     from dashboard_live import live_row  # noqa: PLC0415
 
     row = live_row(info, m, TARGET_LIVE_P99_MS, TARGET_RENDER_S)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     row = {"command": f"python benchmarks/dashboard_scale.py --live --gpus {args.gpus} --clients "
-           f"{args.clients} --requests {args.requests}", "commit": commit.stdout.strip(), **row}  # fmt: skip
+           f"{args.clients} --requests {args.requests}", **source, **row}  # fmt: skip
     print(f"{'live mode':<34}{'value':>12}  target")
     for name, check in row["targets"].items():
         print(
@@ -177,9 +185,8 @@ def _report_live(args: argparse.Namespace, info: dict[str, Any], m: dict[str, fl
     print(f"{'first refresh (series, feed) (s)':<34}{info['first_refresh_s']:>12.1f}")
     result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"benchmark": "dashboard_scale"}
     result["live"] = row
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    kept = {key: result[key] for key in ("commit", "tree_clean", "dirty_paths") if key in result}
+    write_results(RESULTS, ROOT, result, kept if "tree_clean" in kept else None)
 
 
 def _healthy(base: str) -> bool:
@@ -212,7 +219,9 @@ def _measure(base: str, info: dict[str, Any], clients: int, requests: int) -> di
     }
 
 
-def _report(args: argparse.Namespace, info: dict[str, Any], m: dict[str, float]) -> None:
+def _report(
+    args: argparse.Namespace, info: dict[str, Any], m: dict[str, float], source: dict[str, object]
+) -> None:
     targets = {
         "snapshot_payload_kb": (
             m["payload_kb"],
@@ -261,9 +270,7 @@ def _report(args: argparse.Namespace, info: dict[str, Any], m: dict[str, float])
             for name, (value, target, ok) in targets.items()
         },
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

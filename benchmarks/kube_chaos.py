@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -44,7 +43,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kube.chaos import TALLY, KubeChaos, KubePreemptChaos
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "kube_chaos.json"
@@ -82,6 +81,7 @@ def main() -> None:
         "--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, of {list(SCENARIOS)}"
     )
     args = parser.parse_args()
+    source = provenance(ROOT)
     scenarios = [name.strip() for name in args.scenarios.split(",") if name.strip()]
     unknown = sorted(set(scenarios) - set(SCENARIOS))
     if unknown or not scenarios:
@@ -134,14 +134,12 @@ def main() -> None:
             "pass": preempted["checks_with_victims_terminating"] > 0,
         }
     print_targets(targets)
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=False, capture_output=True, text=True)
     result: dict[str, Any] = {
         "benchmark": "kube_chaos",
         "command": (
             f"python benchmarks/kube_chaos.py --rounds {args.rounds} --examples {args.examples} "
             f"--steps {args.steps} --seed {args.seed} --scenarios {','.join(scenarios)}"
         ),
-        "commit": done.stdout.strip() if done.returncode == 0 else "unknown",
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),
@@ -154,7 +152,7 @@ def main() -> None:
         "failures": failures,
         "targets": targets,
     }
-    write_results(RESULTS, ROOT, result)
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

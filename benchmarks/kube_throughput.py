@@ -37,7 +37,6 @@ import multiprocessing
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -54,7 +53,7 @@ from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import DEFAULT_BIND_WORKERS, KubeCluster
 from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "kube_throughput.json"
@@ -172,11 +171,6 @@ def summary(runs: list[dict[str, float]], wanted: float | None) -> dict[str, Any
     return result
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=False, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="1000,5000", help="comma-separated node counts")
@@ -186,6 +180,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=DEFAULT_BIND_WORKERS)
     parser.add_argument("--repeats", type=int, default=5, help="runs of each configuration, interleaved")
     args = parser.parse_args()
+    source = provenance(ROOT)
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     latency_s = args.latency_ms / 1000
@@ -234,7 +229,6 @@ def main() -> None:
             f"--serial-pods {args.serial_pods} --latency-ms {args.latency_ms:g} --workers {args.workers} "
             f"--repeats {args.repeats}"
         ),
-        "commit": commit(),
         "setup": (
             f"KubeApiDouble over HTTP in its own process, {args.latency_ms:g} ms injected per request, "
             f"8 GPUs per node, {args.pods} pending pods (half in gangs of {GANG} with PodGroups), "
@@ -255,8 +249,7 @@ def main() -> None:
         },
         "targets": targets,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    write_results(RESULTS, ROOT, result)
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from against_authors import delta, git_commit, machine, run_authors, targets
+from against_authors import delta, machine, run_authors, targets
 from loadmaster.validation.tiresias import POLICIES, STRESS, Outcome, derive_stress, reference, replay
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "reference" / "tiresias"
@@ -101,6 +101,7 @@ def main() -> None:
     parser.add_argument("--gavel-python", default="python3", help="the Python that runs Gavel's simulator")
     parser.add_argument("--skip-gavel", action="store_true", help="validate Tiresias only")
     args = parser.parse_args()
+    source = provenance(ROOT)
     data = data_dir(args.data)
     cases: dict[str, dict[str, object]] = {}
     ours_total = theirs_total = 0.0
@@ -169,7 +170,6 @@ def main() -> None:
             "benchmark": "validate_research",
             "command": "python benchmarks/validate_research.py "
             + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-            "commit": git_commit(ROOT),
             "tiresias_commit": TIRESIAS_COMMIT,
             "stress_trace": STRESS,
             "authors_simulator": "run in this benchmark"
@@ -181,6 +181,7 @@ def main() -> None:
             "targets": checks,
             "pass": all(bool(c["pass"]) for c in checks.values()),
         },
+        source,
     )
     if not args.skip_gavel:
         gavel = [

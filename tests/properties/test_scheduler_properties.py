@@ -2,7 +2,7 @@
 
 Every run goes through :class:`CheckingScheduler`, which checks each Bind
 against the free resources of the snapshot it was decided on; the tests then
-replay the recorded binds against the job table. Determinism (STYLE habit 5)
+replay the recorded binds against the job table. Determinism (docs/design-principles.md, habit 5)
 is checked for every valid combination of built-in plugins.
 """
 

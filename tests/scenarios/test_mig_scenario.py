@@ -1,13 +1,13 @@
-"""MISSION.md's MIG case: seven small training jobs on one A100, one after another versus on seven 1g slices.
+"""The MIG case of docs/design-principles.md: seven small training jobs on one A100, in turn or on 1g slices.
 
 The speed model is explicit (:func:`loadmaster.model.mig.mig_speedup`): a small
 job keeps only ``USED`` of a whole GPU's SMs busy (what it measured there); a
 1g instance has 1/7 of the SMs, so on it the job runs at ``min(1/7, USED) / USED``
 of its whole-GPU speed. Sequentially the seven jobs take ``7 * D``; in parallel
 each takes ``D * USED * 7``, so the throughput gain is ``1 / USED``: 3x for a
-job that uses a third of a GPU, the figure MISSION.md reports.
+job that uses a third of a GPU, the figure docs/design-principles.md reports.
 
-Then the other half of MISSION.md's move: notebooks in a pool configured so
+Then the other half of the production move: notebooks in a pool configured so
 (``interactive_default: smallest-fit``) land on the smallest MIG slice that
 holds their GPU memory, and nothing changes where the pool does not opt in.
 """

@@ -1,4 +1,4 @@
-"""The scheduling behaviours MISSION.md asks for, each on a small cluster computed by hand.
+"""The scheduling behaviours docs/design-principles.md asks for, each on a small cluster computed by hand.
 
 Every case names its cluster, its jobs and the exact placements or start
 times the mission implies. Cycle-level cases call ``Scheduler.cycle`` on one
@@ -415,7 +415,7 @@ def test_gang_avoids_the_deadlock() -> None:
     assert set(by_id(result.jobs, "reason").values()) == {""}
 
 
-# Regressions: bugs this suite found, each kept as a scenario (STYLE habit 8).
+# Regressions: bugs this suite found, each kept as a scenario (docs/design-principles.md, habit 8).
 
 
 def test_held_idle_gpu_s_counts_workers_of_a_job_that_never_starts() -> None:

@@ -1,4 +1,4 @@
-"""The scheduling policies of MISSION.md beyond FIFO and packing, each on a small cluster computed by hand.
+"""The production policies (docs/design-principles.md) beyond FIFO and packing, each on a cluster by hand.
 
 Backfill (EASY and conservative), multi-queue lanes, priority preemption,
 rack-aware gang placement, quotas with reclaim, the explain trace, and every
@@ -633,7 +633,7 @@ def test_every_shipped_profile_runs_the_lab_workload(
     assert np.all(table.start_s[ended] >= table.submit_s[ended])
 
 
-# Regressions: bugs this suite found, each kept as a scenario (STYLE habit 8).
+# Regressions: bugs this suite found, each kept as a scenario (docs/design-principles.md, habit 8).
 
 
 @pytest.mark.parametrize("chosen", [EASY, CONSERVATIVE], ids=["easy", "conservative"])

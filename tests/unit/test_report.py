@@ -14,7 +14,7 @@ from test_metrics import EMPTY_TIMELINE, a_job, big_table, make_table, make_time
 from loadmaster.metrics import summarize
 from loadmaster.model import JobTable, Timeline
 from loadmaster.report import write_html_report, write_job_table, write_plots, write_timeline
-from loadmaster.report.plots import MAX_POINTS, downsample_step, wait_cdf
+from loadmaster.report.charts import MAX_POINTS, downsample_step, wait_cdf
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOT_NAMES = ["wait_cdf.png", "bsld_by_size.png", "allocation.png", "queue_length.png"]

@@ -16,7 +16,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from loadmaster.report.plots import DPI, policy_color
+from loadmaster.report.charts import policy_color
+from loadmaster.report.plots import DPI
 from loadmaster.workload.goodness import KS_TARGET, FloatArray, Marginal, ecdf, qq_points
 
 _TRACE_COLOR = policy_color(0)

@@ -21,17 +21,7 @@ from plotly.subplots import make_subplots
 from loadmaster.metrics import GroupStats, RunSummary
 from loadmaster.metrics.reasons import wait_reasons
 from loadmaster.model.outcome import JobTable, Timeline
-from loadmaster.report.plots import (
-    StepSeries,
-    allocation_series,
-    last_arrival_h,
-    order_size_labels,
-    policy_color,
-    queue_series,
-    size_slowdowns,
-    slowdown_axis_top,
-    wait_cdf,
-)
+from loadmaster.report.charts import Chart, Panel, order_size_labels, report_charts
 
 PANEL_COLUMNS = 3
 """Panels per row of the small multiples (six policies: two rows of three)."""
@@ -242,11 +232,11 @@ def breakdown_table(
     )
 
 
-def _layout(fig: go.Figure, title: str, xtitle: str, ytitle: str) -> go.Figure:
+def _layout(fig: go.Figure, chart: Chart) -> go.Figure:
     fig.update_layout(
-        title=title,
-        xaxis_title=xtitle,
-        yaxis_title=ytitle,
+        title=chart.title,
+        xaxis_title=chart.x_title,
+        yaxis_title=chart.y_title,
         template="plotly_white",
         height=440,
         legend_title_text="Policy",
@@ -259,133 +249,111 @@ def _rgba(hex_color: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def wait_cdf_figure(tables: Mapping[str, JobTable]) -> go.Figure:
-    """Wait-time CDF per policy, log time axis; never-started jobs keep the curve below 1."""
+def _y_axis(fig: go.Figure, chart: Chart) -> None:
+    """Log axes take their range as powers of ten; ``chart.y_range`` is in data units."""
+    low_high = chart.y_range
+    if chart.y_log:
+        fig.update_yaxes(type="log")
+        if low_high is not None:
+            low_high = (math.log10(low_high[0]), math.log10(low_high[1]))
+    if low_high is not None:
+        fig.update_yaxes(range=list(low_high))
+
+
+def _steps_figure(chart: Chart) -> go.Figure:
     fig = go.Figure()
-    for i, (policy, table) in enumerate(tables.items()):
-        hours, fraction = wait_cdf(table)
+    for trace in chart.traces:
         fig.add_trace(
             go.Scatter(
-                x=hours,
-                y=fraction,
-                mode="lines",
-                line_shape="hv",
-                name=policy,
-                line_color=policy_color(i),
+                x=trace.x, y=trace.y, mode="lines", line_shape="hv", name=trace.name, line_color=trace.color
             )
         )
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(range=[0, 1.02])
-    return _layout(fig, "Queue wait CDF", "Wait (hours, log scale)", "Fraction of all jobs")
+    if chart.x_log:
+        fig.update_xaxes(type="log")
+    _y_axis(fig, chart)
+    return _layout(fig, chart)
 
 
-def size_slowdown_figure(summaries: Mapping[str, RunSummary]) -> go.Figure:
-    """Grouped bars of mean bounded slowdown per size class and policy, log y."""
-    labels, values = size_slowdowns({p: s.by_size for p, s in summaries.items()})
+def _bars_figure(chart: Chart) -> go.Figure:
     fig = go.Figure()
-    for i, (policy, heights) in enumerate(values.items()):
+    for trace in chart.traces:
         # None, not NaN: a missing bar is null in JSON.
-        shown = [h if math.isfinite(h) else None for h in heights]
-        fig.add_trace(go.Bar(x=labels, y=shown, name=policy, marker_color=policy_color(i)))
+        shown = [float(h) if math.isfinite(h) else None for h in trace.y]
+        fig.add_trace(go.Bar(x=list(chart.categories), y=shown, name=trace.name, marker_color=trace.color))
     fig.update_layout(barmode="group")
-    # Log axes take their range as powers of ten; bars start at 1, i.e. no slowdown.
-    fig.update_yaxes(type="log", range=[0.0, math.log10(slowdown_axis_top(values))])
-    return _layout(fig, "Mean bounded slowdown by job size", "Job size (GPUs)", "Mean bounded slowdown")
+    _y_axis(fig, chart)
+    return _layout(fig, chart)
 
 
-def _step_traces(  # noqa: PLR0917 - the panel's row and column complete the series' place
-    fig: go.Figure, series: StepSeries, policy: str, color: str, row: int, col: int
-) -> None:
+def _panel_traces(fig: go.Figure, panel: Panel, row: int, col: int) -> None:
     """The binned mean as a line; where binning hid spikes, a shaded band up to the peaks."""
-    hours = series.time_s / _HOUR
+    trace = panel.trace
     fig.add_trace(
         go.Scatter(
-            x=hours,
-            y=series.mean,
+            x=trace.x,
+            y=trace.y,
             mode="lines",
             line_shape="hv",
-            name=policy,
-            legendgroup=policy,
-            line_color=color,
+            name=trace.name,
+            legendgroup=trace.name,
+            line_color=trace.color,
         ),
         row=row,
         col=col,
     )
-    if not np.array_equal(series.mean, series.peak):
+    if trace.peak is not None and not np.array_equal(trace.y, trace.peak):
         fig.add_trace(
             go.Scatter(
-                x=hours,
-                y=series.peak,
+                x=trace.x,
+                y=trace.peak,
                 mode="lines",
                 line_shape="hv",
-                name=f"{policy} (peak)",
-                legendgroup=policy,
+                name=f"{trace.name} (peak)",
+                legendgroup=trace.name,
                 showlegend=False,
                 line_width=0,
                 fill="tonexty",
-                fillcolor=_rgba(color, 0.2),
+                fillcolor=_rgba(trace.color, 0.2),
             ),
             row=row,
             col=col,
         )
+    if panel.marker_x is not None:
+        fig.add_vline(x=panel.marker_x, line_dash="dash", line_width=1, line_color="#555", row=row, col=col)
 
 
-def timeline_figure(
-    timelines: Mapping[str, Timeline],
-    series_of: Callable[[Timeline], StepSeries],
-    title: str,
-    ytitle: str,
-    last_arrivals: Mapping[str, float | None] | None = None,
-) -> go.Figure:
-    """Small multiples: a panel per policy of ``series_of(timeline)`` against time in hours.
-
-    A dashed line marks each policy's last arrival (``last_arrivals``, hours), the end of the
-    arrival window: what follows is the drain.
-
-    Panels share both axes, so heights compare across policies; one plot with six overlaid
-    step lines is unreadable where they cross.
-    """
-    policies = list(timelines)
-    cols = min(PANEL_COLUMNS, max(len(policies), 1))
-    rows = max(1, math.ceil(len(policies) / cols))
+def _panels_figure(chart: Chart) -> go.Figure:
+    """Small multiples sharing both axes, so heights compare across policies; one plot with six
+    overlaid step lines is unreadable where they cross."""
+    cols = min(PANEL_COLUMNS, max(len(chart.panels), 1))
+    rows = max(1, math.ceil(len(chart.panels) / cols))
     fig = make_subplots(
         rows=rows,
         cols=cols,
         shared_xaxes="all",
         shared_yaxes="all",
-        subplot_titles=[html.escape(p) for p in policies] or None,
+        subplot_titles=[html.escape(p.title) for p in chart.panels] or None,
         horizontal_spacing=0.04,
         vertical_spacing=0.12 if rows > 1 else 0.0,
     )
-    for i, (policy, timeline) in enumerate(timelines.items()):
-        row, col = i // cols + 1, i % cols + 1
-        _step_traces(fig, series_of(timeline), policy, policy_color(i), row=row, col=col)
-        last = (last_arrivals or {}).get(policy)
-        if last is not None:
-            fig.add_vline(x=last, line_dash="dash", line_width=1, line_color="#555", row=row, col=col)
-    fig.update_layout(title=title, template="plotly_white", height=180 + 220 * rows, showlegend=False)
-    fig.update_xaxes(title_text="Time (hours)", row=rows)
-    fig.update_yaxes(title_text=ytitle, col=1)
+    for i, panel in enumerate(chart.panels):
+        _panel_traces(fig, panel, row=i // cols + 1, col=i % cols + 1)
+    fig.update_layout(title=chart.title, template="plotly_white", height=180 + 220 * rows, showlegend=False)
+    fig.update_xaxes(title_text=chart.x_title, row=rows)
+    fig.update_yaxes(title_text=chart.y_title, col=1)
     return fig
 
 
+def figure(chart: Chart) -> go.Figure:
+    """``chart`` as an interactive plotly figure."""
+    build = {"steps": _steps_figure, "bars": _bars_figure, "panels": _panels_figure}[chart.kind]
+    return build(chart)
+
+
 def _figures(runs: HtmlRuns) -> list[go.Figure]:
-    tables = {policy: table for policy, (table, _, _) in runs.items()}
-    timelines = {policy: timeline for policy, (_, timeline, _) in runs.items()}
-    summaries = {policy: summary for policy, (_, _, summary) in runs.items()}
-    last = {policy: last_arrival_h(table) for policy, table in tables.items()}
-    return [
-        wait_cdf_figure(tables),
-        size_slowdown_figure(summaries),
-        timeline_figure(
-            timelines,
-            allocation_series,
-            "GPU allocation (dashed: the last arrival; after it, the drain)",
-            "Allocated GPUs (% of cluster)",
-            last,
-        ),
-        timeline_figure(timelines, queue_series, "Queue length", "Waiting jobs (all queues)", last),
-    ]
+    pairs = {policy: (table, timeline) for policy, (table, timeline, _) in runs.items()}
+    by_size = {policy: summary.by_size for policy, (_, _, summary) in runs.items()}
+    return [figure(chart) for chart in report_charts(pairs, by_size)]
 
 
 def _figure_html(figures: list[go.Figure]) -> str:

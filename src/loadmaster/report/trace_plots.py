@@ -16,7 +16,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from loadmaster.report.plots import DPI, policy_color
+from loadmaster.report.charts import policy_color
+from loadmaster.report.plots import DPI
 from loadmaster.traces import Trace
 from loadmaster.traces.inspect import (
     HEAVY_USER_FRACTION,

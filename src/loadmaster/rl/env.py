@@ -2,7 +2,7 @@
 
 Importing this module registers nothing; :func:`register_env` adds
 ``loadmaster/Scheduling-v0`` to Gymnasium's registry when called (the
-explicit-registration rule of STYLE.md).
+explicit registration of docs/design-principles.md, habit 6).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A workload model fitted to a job trace, and drawing jobs from it.
 
-The model follows the generator described in MISSION.md: users fall into a
+The model follows the generator described in docs/design-principles.md: users fall into a
 heavy and a light class (the few users holding most GPU-hours, and the
 rest); each class has its own share of the jobs, job shapes (GPUs per job),
 run times (a log-normal mixture), time-limit over-estimation and GPU memory.

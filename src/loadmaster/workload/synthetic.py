@@ -1,6 +1,6 @@
 """Synthetic workloads shaped like a research lab's job history.
 
-The learned-scheduler account in MISSION.md fits a generator to years of job
+The learned-scheduler account in docs/design-principles.md fits a generator to years of job
 history: heavy and light users, heavy and light workloads, GPUs per job, GPU
 memory, run times and arrival intervals, with a *workload ratio* (load) that
 experiments vary. :func:`sample_lab_workload` draws such a trace from

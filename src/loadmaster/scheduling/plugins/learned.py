@@ -21,7 +21,7 @@ the cycle's generator; a trainer that sets :attr:`Learned.recorder` receives
 every cycle's inputs and sampled order. Serving leaves both alone.
 
 ``starvation_s`` is the production fix for the learned policy's starvation
-outliers (MISSION.md): jobs that have waited that long go first, oldest
+outliers (docs/design-principles.md): jobs that have waited that long go first, oldest
 first, whatever their score. Combine it with ``backfill`` (whose own
 ``starvation_s`` then reserves for them) so that they are not overtaken.
 
