@@ -191,7 +191,7 @@ def main() -> None:
             str(args.repeats),
         ]
         if args.gavel is not None:
-            gavel += ["--gavel", str(args.gavel)]
+            gavel += ["--gavel", str(args.gavel), "--python", args.gavel_python]
         print(f"\n{shlex.join(gavel)}", flush=True)
         subprocess.run(gavel, check=True)
 
