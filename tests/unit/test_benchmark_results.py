@@ -36,7 +36,6 @@ NOT_BENCHMARKS = {
 _OTHER_CHANGE = "rerun by the change that reworks its subject (issue 27 items 1-3)"
 _EXPENSIVE = "more than 10 minutes on the 2-core machine"
 _TIMED = "its targets are timings: rerun on a quiet machine, not beside other work"
-_GAVEL = "needs the authors' Gavel checkout (docs/validation.md); written by a change merged beside this one"
 PENDING: dict[str, tuple[str, str]] = {
     "kube_chaos.json": (
         _OTHER_CHANGE,
@@ -61,12 +60,6 @@ PENDING: dict[str, tuple[str, str]] = {
     ),
     "cycle_latency.json": (_TIMED, "python benchmarks/cycle_latency.py --cycles 100 --seed 5"),
     "sweep_scale_quick.json": (_TIMED, "python benchmarks/sweep_scale.py --quick --workers 2 --repeats 2"),
-    "validate_gavel.json": (
-        _GAVEL,
-        "python benchmarks/validate_gavel.py --gavel DIR --python PY --repeats 3",
-    ),
-    "validate_gavel-spread.json": (_GAVEL, "python benchmarks/validate_gavel.py --face spread --repeats 1"),
-    "validate_gavel-vertex.json": (_GAVEL, "python benchmarks/validate_gavel.py --face vertex --repeats 1"),
     "peer_speed.json": (_TIMED, "python benchmarks/peer_speed.py --repeats 3"),
 }
 
