@@ -56,7 +56,7 @@ from loadmaster.scheduling.framework import CycleContext, Plugin
 from loadmaster.scheduling.plugins.backfill import Backfill, BackfillArgs
 from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
 from loadmaster.sim import SimOptions, simulate
-from results_io import print_targets, seed_range, write_results
+from results_io import print_targets, provenance, seed_range, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "clairvoyant_ceiling.json"
@@ -172,6 +172,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="10000-10004,10005-10009", help="seed sets, first-last,...")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    source = provenance(ROOT)
     sets = [seed_range(part) for part in args.seeds.split(",")]
     tasks = [(load, s) for load in LOADS for seeds in sets for s in seeds]
     started = time.perf_counter()
@@ -215,7 +216,7 @@ def main() -> None:
         "table": table,
         "targets": checks,
     }
-    write_results(RESULTS, ROOT, result)
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ Prints a table and writes benchmarks/results/cycle_latency.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -44,8 +43,10 @@ from loadmaster.model import (
 )
 from loadmaster.scheduling import Bind, Scheduler
 from loadmaster.workload import LabWorkloadParams, PoolTarget, sample_lab_workload
+from results_io import provenance, write_results
 
-RESULTS = Path(__file__).resolve().parent / "results" / "cycle_latency.json"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "cycle_latency.json"
 TARGET_P99_MS = 100.0
 PROFILES = ("sds", "nsml", "slurm")
 BASELINE = "fifo"
@@ -149,6 +150,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=100)
     parser.add_argument("--seed", type=int, default=5)
     args = parser.parse_args()
+    source = provenance(ROOT)
     nodes = cluster()
     snap, now = snapshot(nodes, running=2000, pending=5000, seed=args.seed)
     print(
@@ -184,9 +186,7 @@ def main() -> None:
         "profiles": results,
         "targets": targets,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, ROOT, out, source)
 
 
 if __name__ == "__main__":

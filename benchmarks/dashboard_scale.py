@@ -34,7 +34,10 @@ from typing import Any
 import httpx
 import numpy as np
 
-RESULTS = Path(__file__).resolve().parent / "results" / "dashboard_scale.json"
+from results_io import provenance, write_results
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "dashboard_scale.json"
 CHROMIUM = "/usr/bin/chromium"
 TARGET_PAYLOAD_KB = 300.0
 TARGET_P99_MS = 100.0
@@ -127,6 +130,7 @@ def main() -> None:
     if args.serve is not None:
         serve(args.gpus, args.serve, args.ready_file)
         return
+    source = provenance(ROOT)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     ready = Path(tempfile.mkdtemp()) / "ready.json"
@@ -143,7 +147,7 @@ def main() -> None:
     finally:
         child.terminate()
         child.wait(timeout=30)
-    _report(args, info, m)
+    _report(args, info, m, source)
 
 
 def _healthy(base: str) -> bool:
@@ -176,7 +180,9 @@ def _measure(base: str, info: dict[str, Any], clients: int, requests: int) -> di
     }
 
 
-def _report(args: argparse.Namespace, info: dict[str, Any], m: dict[str, float]) -> None:
+def _report(
+    args: argparse.Namespace, info: dict[str, Any], m: dict[str, float], source: dict[str, object]
+) -> None:
     targets = {
         "snapshot_payload_kb": (
             m["payload_kb"],
@@ -225,9 +231,7 @@ def _report(args: argparse.Namespace, info: dict[str, Any], m: dict[str, float])
             for name, (value, target, ok) in targets.items()
         },
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

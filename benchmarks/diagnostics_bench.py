@@ -31,7 +31,6 @@ benchmarks/results/diagnostics_bench.json.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from dataclasses import dataclass
@@ -50,8 +49,10 @@ from loadmaster.telemetry.synthetic import (
     SyntheticTelemetry,
     TelemetryPlan,
 )
+from results_io import provenance, write_results
 
-RESULTS = Path(__file__).resolve().parent / "results" / "diagnostics_bench.json"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "diagnostics_bench.json"
 TARGETS = {
     "precision": 0.95,
     "recall": 0.95,
@@ -204,6 +205,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="a 5-job smoke run (not written to results)")
     args = parser.parse_args()
+    source = provenance(ROOT)
     rng = np.random.default_rng(args.seed)
     faulty, clean = (QUICK_FAULTY, QUICK_CLEAN) if args.quick else (FAULTY, CLEAN)
     scores = {k.value: Score() for k in FindingKind}
@@ -223,7 +225,17 @@ def main() -> None:
             f"{len(findings):2d} findings, analysis {a_s:5.1f} s",
             flush=True,
         )
-    write(scores, false_alarm_jobs, len(clean), analysis_s, gen_s, gpu_h, time.perf_counter() - started, args)
+    write(
+        scores,
+        false_alarm_jobs,
+        len(clean),
+        analysis_s,
+        gen_s,
+        gpu_h,
+        time.perf_counter() - started,
+        args,
+        source,
+    )
 
 
 def _mean(x: list[float] | None) -> float:
@@ -239,6 +251,7 @@ def write(
     gpu_h: float,
     wall_s: float,
     args: argparse.Namespace,
+    source: dict[str, object],
 ) -> None:
     per_kind = {}
     print(f"\n{'kind':<12} {'prec':>6} {'recall':>6} {'IoU':>6} {'IoU eff':>7} {'delay s':>8} {'faults':>6}")
@@ -317,9 +330,7 @@ def write(
         "per_kind": per_kind,
         "targets": targets,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from matplotlib.figure import Figure
 from loadmaster.config import load_cluster
 from loadmaster.rl.evaluate import FAIR_STARVATION_S, HEURISTICS, EvalRow, evaluate, learned_profile
 from loadmaster.scheduling import Profile, build_profile
-from results_io import print_targets, seed_range, write_results
+from results_io import print_targets, provenance, seed_range, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "fair_rule_sweep.json"
@@ -111,6 +111,7 @@ def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    source = provenance(ROOT)
     sets = [*VALIDATION, BENCHMARK]
     tasks = [(load, s) for load in LOADS for text in sets for s in seed_range(text)]
     started = time.perf_counter()
@@ -179,7 +180,7 @@ def main() -> None:
         "selected": selected,
         "targets": checks,
     }
-    write_results(RESULTS, ROOT, result)
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

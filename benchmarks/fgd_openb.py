@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
-import json
 import os
 import platform
 import shutil
@@ -60,8 +59,10 @@ from loadmaster.validation.fgd import (
     load_reference_draws,
     run_seed,
 )
+from results_io import provenance, write_results
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "reference" / "openb"
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data" / "reference" / "openb"
 RESULTS = Path(__file__).resolve().parent / "results"
 REFERENCE_DRAWS = Path(__file__).resolve().parent / "workloads" / "openb_reference_draws.json.gz"
 DEFAULT_PODS = DATA / "openb_pod_list_default.csv"
@@ -247,6 +248,7 @@ def main() -> None:
     parser.add_argument("--expected", type=Path, default=DEFAULT_EXPECTED, help="the authors' cached curves")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results JSON and plot")
     args = parser.parse_args()
+    source = provenance(ROOT)
     for path in (args.pods, args.nodes):
         if not path.exists():
             parser.error(f"missing {path} (see data/reference/README.md)")
@@ -355,9 +357,9 @@ def main() -> None:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "fgd_openb" if default else f"fgd_openb_{workload}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out / f"{stem}.json", ROOT, result, source)
     plot(curves, reference, args.out / f"{stem}.png", workload)
-    print(f"wrote {args.out / f'{stem}.json'} and {args.out / f'{stem}.png'}")
+    print(f"wrote {args.out / f'{stem}.png'}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import time
 import traceback
@@ -38,7 +37,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from kube.chaos import TALLY, KubeChaos
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "kube_chaos.json"
@@ -72,6 +71,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50, help="rule steps per example")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    source = provenance(ROOT)
     started = time.perf_counter()
     failures: list[dict[str, Any]] = []
     for r in range(args.rounds):
@@ -101,14 +101,12 @@ def main() -> None:
         "violations": {"target": "0", "measured": len(failures), "pass": not failures},
     }
     print_targets(targets)
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=False, capture_output=True, text=True)
     result: dict[str, Any] = {
         "benchmark": "kube_chaos",
         "command": (
             f"python benchmarks/kube_chaos.py --rounds {args.rounds} --examples {args.examples} "
             f"--steps {args.steps} --seed {args.seed}"
         ),
-        "commit": done.stdout.strip() if done.returncode == 0 else "unknown",
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),
@@ -120,7 +118,7 @@ def main() -> None:
         "failures": failures,
         "targets": targets,
     }
-    write_results(RESULTS, ROOT, result)
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

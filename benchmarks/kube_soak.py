@@ -34,7 +34,6 @@ import argparse
 import gc
 import os
 import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster
 from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "kube_soak.json"
@@ -187,19 +186,13 @@ def growth_mib(samples: list[tuple[int, float]], cycles: int) -> tuple[float, fl
     return warm[0], warm[-1] - warm[0]
 
 
-def commit() -> str:
-    found = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, check=False, capture_output=True, text=True
-    )
-    return found.stdout.strip() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=TARGET_CYCLES)
     parser.add_argument("--sample", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    source = provenance(ROOT)
     m = soak(args.cycles, args.sample, args.seed)
     warm, growth = growth_mib(m["samples"], args.cycles)
     print(f"\n{'measure':<40}{'value':>14}")
@@ -234,7 +227,6 @@ def main() -> None:
         "command": (
             f"python benchmarks/kube_soak.py --cycles {args.cycles} --sample {args.sample} --seed {args.seed}"
         ),
-        "commit": commit(),
         "setup": (
             f"KubeApiDouble over HTTP, {NODES} nodes x 8 GPUs, profile 'sds'; each cycle 1-3 new pods "
             f"of 1-2 GPUs and a gang of 2 every {GANG_EVERY} cycles; pods deleted after {RUN_CYCLES} "
@@ -253,8 +245,7 @@ def main() -> None:
         },
         "targets": checks,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    write_results(RESULTS, ROOT, result)
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

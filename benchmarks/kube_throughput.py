@@ -28,7 +28,6 @@ import argparse
 import multiprocessing
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -45,7 +44,7 @@ from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import DEFAULT_BIND_WORKERS, KubeCluster
 from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "kube_throughput.json"
@@ -130,11 +129,6 @@ def schedule(nodes: int, pods: int, latency_s: float, workers: int) -> dict[str,
     }
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=False, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="1000,5000", help="comma-separated node counts")
@@ -143,6 +137,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=DEFAULT_BIND_WORKERS)
     args = parser.parse_args()
+    source = provenance(ROOT)
     latency_s = args.latency_ms / 1000
     runs = [schedule(int(n), args.pods, latency_s, args.workers) for n in args.nodes.split(",")]
     serial = schedule(1000, args.serial_pods, latency_s, 1)
@@ -168,7 +163,6 @@ def main() -> None:
             f"python benchmarks/kube_throughput.py --nodes {args.nodes} --pods {args.pods} "
             f"--serial-pods {args.serial_pods} --latency-ms {args.latency_ms:g} --workers {args.workers}"
         ),
-        "commit": commit(),
         "setup": (
             f"KubeApiDouble over HTTP in its own process, {args.latency_ms:g} ms injected per request, "
             f"8 GPUs per node, {args.pods} pending pods (half in gangs of {GANG} with PodGroups), "
@@ -186,8 +180,7 @@ def main() -> None:
         },
         "targets": targets,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    write_results(RESULTS, ROOT, result)
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each, alternating")
     parser.add_argument("--tiresias-trace", type=Path, default=None, help="Tiresias' 60_job.csv")
     args = parser.parse_args()
+    source = provenance(ROOT)
     work = Path(tempfile.mkdtemp(prefix="peer-speed-"))
     trace = work / "tiresias_7500.csv"
     trace.write_text(scaled_trace(args.tiresias_trace or default_trace()))
@@ -199,9 +200,6 @@ def main() -> None:
             "pass": share <= TARGET,
         }
     print_targets(checks)
-    head = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    )
     write_results(
         RESULTS,
         ROOT,
@@ -211,13 +209,13 @@ def main() -> None:
             "setup": f"Tiresias 60_job.csv x {COPIES} copies (copy k +k s), submit // {COMPRESSION}: "
             "7,500 jobs; 1,000 x 8 GPUs; FIFO (loadmaster profile fifo; Tiresias --schedule=fifo "
             "--scheme=yarn)",
-            "commit": head.stdout.strip() or "unknown",
             "tiresias_commit": TIRESIAS_COMMIT,
             "tiresias": "measured" if theirs else "skipped: no Python 2.7",
             "loadmaster_s": [round(t, 3) for t in ours],
             "tiresias_s": [round(t, 3) for t in theirs],
             "targets": checks,
         },
+        source,
     )
 
 

@@ -40,7 +40,6 @@ import multiprocessing
 import os
 import platform
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +49,8 @@ from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+
+from results_io import provenance, write_results
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -529,8 +530,8 @@ def markdown(result: dict[str, object]) -> str:
     lines += [
         "",
         f"Run time: {result['wall_s']:.0f} s with {result['workers']} workers; loadmaster from "
-        f"`{source.get('loadmaster')}` at commit {source.get('commit', 'unknown')}"
-        f"{' with uncommitted changes' if source.get('package_has_uncommitted_changes') else ''}.",
+        f"`{source.get('loadmaster')}` at commit {result.get('commit', 'unknown')}"
+        f"{'' if result.get('tree_clean') else ' with uncommitted changes'}.",
         "",
     ]
     return "\n".join(lines)
@@ -681,27 +682,18 @@ def _run_indexed(item: tuple[int, Task]) -> dict[str, object]:
     return {**run_task(task), "_index": index}
 
 
-def source_info() -> dict[str, object]:
-    """Which loadmaster was measured: its path, and the commit and src/ state of the repository holding it."""
+def source_info() -> tuple[dict[str, object], dict[str, object]]:
+    """Which loadmaster was measured (its path, and whether it is this repository's), and its stamp.
+
+    The stamp is :func:`results_io.provenance` of this repository, or of the
+    installed package's folder when another loadmaster was measured.
+    """
     import loadmaster  # noqa: PLC0415
 
     package = Path(loadmaster.__file__).resolve().parent
-    info: dict[str, object] = {
-        "loadmaster": str(package),
-        "measured_this_repository": package.is_relative_to(HERE.parent),
-    }
-    try:
-        git = ["git", "-C", str(package)]
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], check=False, capture_output=True, text=True)
-        status = subprocess.run(
-            [*git, "status", "--porcelain", "."], check=False, capture_output=True, text=True
-        )
-        if commit.returncode == 0:
-            info["commit"] = commit.stdout.strip()
-            info["package_has_uncommitted_changes"] = bool(status.stdout.strip())
-    except OSError:
-        pass
-    return info
+    ours = package.is_relative_to(HERE.parent)
+    info: dict[str, object] = {"loadmaster": str(package), "measured_this_repository": ours}
+    return info, provenance(HERE.parent if ours else package)
 
 
 def main() -> None:
@@ -714,7 +706,7 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     tasks = tasks_for(args.jobs, seeds)
-    source = source_info()
+    source, stamp = source_info()
     started = time.perf_counter()
 
     def report(done: int, task: Task, row: dict[str, object]) -> None:
@@ -736,8 +728,9 @@ def main() -> None:
         command += f" --jobs {args.jobs} --seeds {','.join(map(str, seeds))} --workers {args.workers}"
     result: dict[str, object] = {
         "benchmark": "policy_table",
-        "source": source,
         "command": command,
+        **stamp,
+        "source": source,
         "setup": f"cluster 'lab' (16 x 8 A100 training + 8 x 4 A30 interactive), {args.jobs} jobs per "
         "workload, scheduler seed 0",
         "seeds": seeds,
@@ -773,12 +766,12 @@ def main() -> None:
         "targets": targets,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "policy_table.json").write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+    write_results(RESULTS / "policy_table.json", HERE.parent, result, stamp)
     (RESULTS / "policy_table.md").write_text(markdown(result))
     written = plots(result, rows)
     print_table(result)
     print(f"\nrun time {wall:.0f} s ({result['sim_cpu_s']:.0f} s of simulation over {args.workers} workers)")
-    for path in (RESULTS / "policy_table.json", RESULTS / "policy_table.md", *written):
+    for path in (RESULTS / "policy_table.md", *written):
         print(f"wrote {path}")
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from results_io import print_targets, seed_range, write_results
+from results_io import print_targets, provenance, seed_range, write_results
 
 if TYPE_CHECKING:
     from loadmaster.model import TraceJob
@@ -100,6 +99,7 @@ def main() -> None:
     parser.add_argument("--grace-minutes", type=float, default=30.0)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    source = provenance(ROOT)
     started = time.perf_counter()
     seeds = seed_range(args.seeds)
     tasks = [(s, args.jobs, 60 * args.idle_minutes, 60 * args.grace_minutes) for s in seeds]
@@ -133,12 +133,8 @@ def main() -> None:
         },
     }
     print_targets(checks)
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
-    )
     result = {
         "benchmark": "reclaim_effect",
-        "commit": commit.stdout.strip(),
         "machine": {"python": platform.python_version(), "cpus": 2, "workers": args.workers},
         "workload": {"name": "lab", "jobs": args.jobs, "profile": "sds", "seeds": args.seeds},
         "policy": {
@@ -151,7 +147,7 @@ def main() -> None:
         "mean": mean,
         "targets": checks,
     }
-    write_results(RESULTS, ROOT, result)
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

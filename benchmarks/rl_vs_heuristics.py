@@ -69,7 +69,7 @@ from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
 from loadmaster.scheduling.policy_net import load_policy
 from loadmaster.validation.deepjs_learned import TEST_CHUNKS, compare_choosers, load_chooser
 from loadmaster.validation.rlscheduler import SEQUENCE_STARTS, compare_learned
-from results_io import print_targets, seed_range, write_results
+from results_io import print_targets, provenance, seed_range, write_results
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference"
 SWF = REFERENCE / "swf" / "lublin_256.swf"
@@ -201,6 +201,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="10000-10004")
     parser.add_argument("--jobs", type=int, default=1024)
     args = parser.parse_args()
+    source = provenance(ROOT)
     cluster = load_cluster("lab")
     profiles = comparison_profiles(learned_profiles("lab", "lab-fair"))
     profiles["sjf-oracle-backfill"] = oracle_profile(
@@ -269,7 +270,7 @@ def main() -> None:
         "deepjs": deepjs,
         "targets": checks,
     }
-    write_results(RESULTS, ROOT, result)
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "sim_throughput.json"
@@ -134,18 +134,6 @@ def run_child(profile: str, jobs: int, load: float, timeout_s: float) -> dict[st
     return measured
 
 
-def _commit() -> dict[str, object]:
-    git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "rev-parse", "HEAD"], check=False, capture_output=True, text=True)
-    dirty = subprocess.run(
-        [*git, "status", "--porcelain", "src"], check=False, capture_output=True, text=True
-    )
-    return {
-        "commit": head.stdout.strip() or "unknown",
-        "src_has_uncommitted_changes": bool(dirty.stdout.strip()),
-    }
-
-
 def _key(profile: str, jobs: int, load: float) -> str:
     return f"{profile}/{jobs}/{load:g}"
 
@@ -217,7 +205,7 @@ def main() -> None:
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     if BASELINE not in profiles:
         profiles.insert(0, BASELINE)
-    source = _commit()  # before the runs, which take long enough for the checkout to move on
+    source = provenance(ROOT)  # before the runs, which take long enough for the checkout to move on
     full = not args.quick and jobs == JOBS and loads == LOADS and tuple(profiles) == PROFILES
     runs: dict[str, dict[str, float] | None] = {}
     why: dict[str, str] = {}
@@ -280,7 +268,6 @@ def main() -> None:
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]),
         "setup": "cluster 'large' (1,000 x 8 GPUs), workload 'large' (lab mix, seed 11) at each load; "
         "scheduler seed 0; each run in its own process; simulate_s is CPU time",
-        "source": source,
         "machine": {
             "python": platform.python_version(),
             "processor": platform.machine(),
@@ -293,8 +280,7 @@ def main() -> None:
         },
         "targets": checks,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_results(out, ROOT, result)
+    write_results(out, ROOT, result, source)
 
 
 if __name__ == "__main__":

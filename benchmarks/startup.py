@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "startup.json"
@@ -52,15 +52,11 @@ def _spread(values: list[float]) -> dict[str, float]:
     }
 
 
-def _commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
+    source = provenance(ROOT)
     measured: dict[str, dict[str, dict[str, float]]] = {}
     for name, command in CASES.items():
         _once(command)  # warm the file cache
@@ -89,11 +85,11 @@ def main() -> None:
         {
             "benchmark": "startup",
             "command": f"python benchmarks/startup.py --runs {args.runs}",
-            "commit": _commit(),
             "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
             "measured": measured,
             "targets": checks,
         },
+        source,
     )
 
 

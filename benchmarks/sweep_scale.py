@@ -28,19 +28,12 @@ import numpy as np
 from loadmaster.parallel import Executor, InProcess, LocalPool, RayPool, connect_ray
 from loadmaster.sweep import Store, load_sweep, run_sweep
 from loadmaster.sweep.report import results_table
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("kube-default", "fifo", "sds", "nsml", "slurm", "fair")
 LOADS = (0.7, 0.9, 1.1, 1.3)
 TARGET_OVERHEAD = 0.10
-
-
-def _commit() -> str:
-    done = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    )
-    return done.stdout.strip() or "unknown"
 
 
 def _timed(sweep_path: Path, folder: Path, executor: Executor) -> tuple[float, object]:
@@ -77,6 +70,7 @@ def main() -> None:
     if args.ray_child:
         ray_child(Path(args.ray_child[0]), Path(args.ray_child[1]))
         return
+    source = provenance(ROOT)
     seeds, jobs = (2, 300) if args.quick else (10, 2000)
     cells = len(PROFILES) * len(LOADS) * seeds
     with tempfile.TemporaryDirectory(prefix="sweep-scale-") as tmp:
@@ -136,7 +130,6 @@ def main() -> None:
         "benchmark": "sweep_scale",
         "command": f"python benchmarks/sweep_scale.py{quick} --workers {args.workers} "
         f"--repeats {args.repeats}",
-        "commit": _commit(),
         "grid": {
             "profiles": list(PROFILES),
             "loads": list(LOADS),
@@ -160,7 +153,7 @@ def main() -> None:
         "targets": checks,
     }
     name = "sweep_scale_quick.json" if args.quick else "sweep_scale.json"
-    write_results(ROOT / "benchmarks" / "results" / name, ROOT, result)
+    write_results(ROOT / "benchmarks" / "results" / name, ROOT, result, source)
     sys.exit(0)
 
 

@@ -34,7 +34,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results" / "trace_io.json"
+from results_io import provenance, write_results
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "trace_io.json"
 TARGET_WALL_S = 60.0
 TARGET_RSS_MIB = 2048.0
 SEED = 20240301
@@ -186,6 +189,7 @@ def main() -> None:
         fmt, path, out = args.child
         print(json.dumps(child(fmt, Path(path), Path(out))))
         return
+    source = provenance(ROOT)
     measured = measure(args.rows)
     head = f"{'format':<8}{'rows':>11}{'wall s':>9}{'read s':>9}{'write s':>9}{'RSS MiB':>9}{'x base':>8}"
     print(f"{head}  target")
@@ -216,9 +220,7 @@ def main() -> None:
             )
         },
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    write_results(RESULTS, ROOT, result, source)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from loadmaster.validation.tiresias import POLICIES, STRESS, Outcome, derive_stress, reference, replay
-from results_io import print_targets, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "reference" / "tiresias"
@@ -108,6 +108,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="rewrite the committed reference outputs")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per case and simulator (median)")
     args = parser.parse_args()
+    source = provenance(ROOT)
     data = data_dir(args.data)
     cases: dict[str, dict[str, object]] = {}
     ours_total = theirs_total = 0.0
@@ -178,9 +179,6 @@ def main() -> None:
             "pass": theirs_total >= ours_total,
         }
     print_targets(checks)
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], check=False, cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
     write_results(
         RESULTS,
         ROOT,
@@ -188,7 +186,6 @@ def main() -> None:
             "benchmark": "validate_research",
             "command": "python benchmarks/validate_research.py "
             + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-            "commit": commit,
             "tiresias_commit": TIRESIAS_COMMIT,
             "stress_trace": STRESS,
             "authors_simulator": "run in this benchmark"
@@ -204,6 +201,7 @@ def main() -> None:
             "targets": checks,
             "pass": all(bool(c["pass"]) for c in checks.values()),
         },
+        source,
     )
 
 

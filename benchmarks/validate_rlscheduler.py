@@ -23,7 +23,6 @@ file name); ``--procs`` the machine's processors (default: the entry's
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -41,6 +40,7 @@ from loadmaster.validation.rlscheduler import (
     reproduce,
     same_to_2_decimals,
 )
+from results_io import provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "reference" / "swf"
@@ -131,6 +131,7 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=None, help="processors of the machine")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON to write")
     args = parser.parse_args()
+    source = provenance(ROOT)
     for path in (args.trace, args.reference):
         if not path.exists():
             sys.exit(f"missing {path} (see data/reference/README.md)")
@@ -179,9 +180,7 @@ def main() -> None:
         "cells_total": len(cells),
         "pass": passed == len(cells),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_results(args.out, ROOT, result, source)
 
 
 if __name__ == "__main__":
