@@ -42,11 +42,6 @@ PENDING: dict[str, tuple[str, str]] = {
         "python benchmarks/kube_chaos.py --rounds 8 --examples 20 --steps 50 --seed 0",
     ),
     "kube_soak.json": (_OTHER_CHANGE, "python benchmarks/kube_soak.py --cycles 10000 --sample 500 --seed 0"),
-    "kube_throughput.json": (
-        _OTHER_CHANGE,
-        "python benchmarks/kube_throughput.py --nodes 1000,5000 --pods 3000 --serial-pods 600 "
-        "--latency-ms 10 --workers 16",
-    ),
     "dashboard_scale.json": (
         _OTHER_CHANGE,
         "python benchmarks/dashboard_scale.py --gpus 10000 --clients 20 --requests 50",
