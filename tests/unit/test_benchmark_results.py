@@ -37,11 +37,6 @@ _OTHER_CHANGE = "rerun by the change that reworks its subject (issue 27 items 1-
 _EXPENSIVE = "more than 10 minutes on the 2-core machine"
 _TIMED = "its targets are timings: rerun on a quiet machine, not beside other work"
 PENDING: dict[str, tuple[str, str]] = {
-    "kube_chaos.json": (
-        _OTHER_CHANGE,
-        "python benchmarks/kube_chaos.py --rounds 8 --examples 20 --steps 50 --seed 0",
-    ),
-    "kube_soak.json": (_OTHER_CHANGE, "python benchmarks/kube_soak.py --cycles 10000 --sample 500 --seed 0"),
     "dashboard_scale.json": (
         _OTHER_CHANGE,
         "python benchmarks/dashboard_scale.py --gpus 10000 --clients 20 --requests 50",
