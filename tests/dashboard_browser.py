@@ -14,7 +14,9 @@ from typing import Any
 
 from playwright.sync_api import sync_playwright
 
+from app_server import serving
 from conftest import system_tool
+from loadmaster.serve import DemoOptions, build_demo, create_app
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "out" / "test-artifacts"
@@ -30,6 +32,15 @@ def chromium() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+@contextmanager
+def demo_server(options: DemoOptions) -> Iterator[tuple[str, Any]]:
+    """A demo built with ``options`` served on a free port (no stepper: the clock stands still):
+    its base URL and the demo."""
+    demo = build_demo(options)
+    with serving(create_app(demo, run_stepper=False)) as base:
+        yield base, demo
 
 
 def open_page(browser: Any, base: str, token: str, *, width: int = 1400, height: int = 1000) -> Any:

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from app_server import serving
-from dashboard_browser import chromium, open_page, shot
-from loadmaster.serve import DemoOptions, build_demo, create_app
+from dashboard_browser import chromium, demo_server, open_page, shot
+from loadmaster.serve import DemoOptions
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -22,10 +21,8 @@ WIDTH, HEIGHT = 1920, 1080
 
 @pytest.fixture(scope="module")
 def big() -> Iterator[tuple[str, Any]]:
-    demo = build_demo(DemoOptions(gpus=10_000, days=1.0, history_s=1800.0))  # the reclaim window is 30 min
-    app = create_app(demo, run_stepper=False)
-    with serving(app) as base:
-        yield base, demo
+    with demo_server(DemoOptions(gpus=10_000, days=1.0, history_s=1800.0)) as pair:  # reclaim window: 30 min
+        yield pair
 
 
 @pytest.fixture(scope="module")

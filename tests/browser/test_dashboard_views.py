@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from app_server import serving
-from dashboard_browser import chromium, open_page, shot
-from loadmaster.serve import DemoOptions, build_demo, create_app, views
+from dashboard_browser import chromium, demo_server, open_page, shot
+from loadmaster.serve import DemoOptions, views
 from loadmaster.serve.demo import DEMO_LOAD
 
 pytestmark = pytest.mark.browser
@@ -21,10 +20,8 @@ CLOCK = re.compile(r"^(Mon |Tue |Wed |Thu |Fri |Sat |Sun )?\d\d:\d\d$")
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, Any]]:
-    demo = build_demo(DemoOptions(history_s=1800.0, load=DEMO_LOAD))
-    app = create_app(demo, run_stepper=False)
-    with serving(app) as base:
-        yield base, demo
+    with demo_server(DemoOptions(history_s=1800.0, load=DEMO_LOAD)) as pair:
+        yield pair
 
 
 @pytest.fixture(scope="module")
