@@ -42,7 +42,6 @@ PENDING: dict[str, tuple[str, str]] = {
         "python benchmarks/dashboard_scale.py --gpus 10000 --clients 20 --requests 50",
     ),
     "fair_rule_sweep.json": (_EXPENSIVE, "python benchmarks/fair_rule_sweep.py"),
-    "rl_vs_heuristics.json": (_EXPENSIVE, "python benchmarks/rl_vs_heuristics.py"),
     "sim_throughput.json": (
         _EXPENSIVE,
         "python benchmarks/sim_throughput.py --loads 1.1 --timeout 120 --workers 2 "
