@@ -63,6 +63,30 @@ def targets(
     return checks
 
 
+def print_cases(
+    cases: Mapping[str, Mapping[str, object]], *, theirs: str, time_key: str, extra: tuple[str, str] | None = None
+) -> None:
+    """The comparison table: JCT and makespan of ours against the authors', with both run times.
+
+    ``theirs`` is the key of the authors' row in each case, ``time_key`` that of their run time in
+    the case's timing; ``extra`` is (column title, key) of one more relative delta of the case to
+    print (Gavel's other solver), or None.
+    """
+    head = f"{'case':44} {'JCT ours':>10} {'JCT theirs':>10} {'dJCT':>7} {'makespan':>9} {'dmksp':>7}"
+    print(f"\n{head}" + (f" {extra[0]:>8}" if extra else "") + f" {'ours s':>7} {'theirs s':>8}")
+    for name, case in cases.items():
+        mine, their_row, timing = case["loadmaster"], case[theirs], case["time"]
+        assert isinstance(mine, dict) and isinstance(their_row, dict) and isinstance(timing, dict)
+        their_s = f"{timing[time_key]:.2f}" if time_key in timing else "-"
+        extra_cell = f" {case[extra[1]]:+8.2%}" if extra else ""
+        print(
+            f"{name:44} {mine['avg_jct_s']:10.1f} {their_row['avg_jct_s']:10.1f}"
+            f" {case['avg_jct_delta']:+7.2%} {mine['makespan_s']:9.0f}"
+            f" {case['makespan_delta']:+7.2%}{extra_cell}"
+            f" {timing['loadmaster_s']:7.2f} {their_s:>8}"
+        )
+
+
 def git_commit(root: Path) -> str:
     """The commit the results come from (empty outside a git checkout)."""
     return subprocess.run(

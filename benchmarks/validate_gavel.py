@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from against_authors import delta, git_commit, machine, run_authors, targets
+from against_authors import delta, git_commit, machine, print_cases, run_authors, targets
 from loadmaster.model.hetero import HeteroCluster
 from loadmaster.validation.gavel import POLICIES, Outcome, reference, replay
 from results_io import print_targets, write_results
@@ -140,19 +140,7 @@ def main() -> None:
             theirs = reference(REFERENCE / trace / f"{policy}-ECOS.txt")
             scs = reference(REFERENCE / trace / f"{policy}-SCS.txt")
             cases[name] = {**case_result(ours, theirs, scs), "time": entry}
-    print(
-        f"\n{'case':44} {'JCT ours':>9} {'JCT Gavel':>9} {'dJCT':>7} {'mksp ours':>9} {'dmksp':>7}"
-        f" {'SCS dJCT':>8} {'ours s':>7} {'Gavel s':>7}"
-    )
-    for name, case in cases.items():
-        mine, theirs_row, timing = case["loadmaster"], case["gavel_ecos"], case["time"]
-        assert isinstance(mine, dict) and isinstance(theirs_row, dict) and isinstance(timing, dict)
-        their_s = f"{timing['gavel_ecos_s']:.2f}" if "gavel_ecos_s" in timing else "-"
-        print(
-            f"{name:44} {mine['avg_jct_s']:9.1f} {theirs_row['avg_jct_s']:9.1f} {case['avg_jct_delta']:+7.2%}"
-            f" {mine['makespan_s']:9.0f} {case['makespan_delta']:+7.2%}"
-            f" {case['gavel_scs_vs_ecos_avg_jct_delta']:+8.2%} {timing['loadmaster_s']:7.2f} {their_s:>7}"
-        )
+    print_cases(cases, theirs="gavel_ecos", time_key="gavel_ecos_s", extra=("SCS dJCT", "gavel_scs_vs_ecos_avg_jct_delta"))
     checks = targets(
         cases,
         "|delta| <= 2% for both (issue 26)",

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from against_authors import delta, machine, run_authors, targets
+from against_authors import delta, machine, print_cases, run_authors, targets
 from loadmaster.validation.tiresias import POLICIES, STRESS, Outcome, derive_stress, reference, replay
 from results_io import print_targets, provenance, write_results
 
@@ -144,19 +144,7 @@ def main() -> None:
                         theirs_total += float(entry["tiresias_s"])
                     ours_total += float(entry["loadmaster_s"])
                     cases[name] = {**case_result(ours, reference(committed)), "time": entry}
-    print(
-        f"\n{'case':42} {'JCT ours':>10} {'JCT theirs':>10} {'dJCT':>7} {'makespan':>9} {'dmksp':>7} "
-        f"{'ours s':>7} {'theirs s':>8}"
-    )
-    for name, case in cases.items():
-        mine, theirs, timing = case["loadmaster"], case["tiresias"], case["time"]
-        assert isinstance(mine, dict) and isinstance(theirs, dict) and isinstance(timing, dict)
-        their_s = f"{timing['tiresias_s']:.2f}" if "tiresias_s" in timing else "-"
-        print(
-            f"{name:42} {mine['avg_jct_s']:10.1f} {theirs['avg_jct_s']:10.1f} {case['avg_jct_delta']:+7.2%} "
-            f"{mine['makespan_s']:9.0f} {case['makespan_delta']:+7.2%} "
-            f"{timing['loadmaster_s']:7.2f} {their_s:>8}"
-        )
+    print_cases(cases, theirs="tiresias", time_key="tiresias_s")
     checks = targets(
         cases,
         "|delta| <= 2% for both",

@@ -411,3 +411,24 @@ def a_trace(rows: list[dict[str, Any]], **meta: str) -> Trace:
     return Trace(
         table, {"format": "test", "source": "mem.test"} | meta, ReadReport("mem.test", "test", len(rows))
     )
+
+
+SHARED_GPU_PROMISE: tuple[tuple[str, int, float, float, float], ...] = (
+    # (id, tasks, GPUs per task, submit, run time), on one 8-GPU node under conservative backfill.
+    # At t=202, j5 (3 x half a GPU) reserves t=382 on GPUs 3, 4 and 4; j2, started then by
+    # backfilling, leaves GPU 7 half used until 383; j18 (2 whole GPUs) is promised t=383 on GPUs 3
+    # and 7. At t=382 j5 used to be placed afresh, on the half-used GPUs 4 and 7 and on 2, so j18
+    # found one whole GPU at 383 and started at 384 (a scenario test and a property test's example).
+    ("j0", 1, 1.0, 60, 180),
+    ("j2", 1, 0.5, 62, 181),
+    ("j3", 2, 1.0, 20, 182),
+    ("j4", 2, 1.0, 59, 182),
+    ("j5", 3, 0.5, 61, 2),
+    ("j10", 1, 0.5, 47, 155),
+    ("j12", 1, 1.0, 0, 201),
+    ("j13", 1, 0.5, 61, 181),
+    ("j14", 3, 0.5, 60, 180),
+    ("j15", 2, 1.0, 60, 182),
+    ("j18", 2, 1.0, 63, 1),
+    ("j19", 1, 4.0, 59, 143),
+)

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from builders import RecordingScheduler, a_cluster, a_job, a_node, by_id, profile, trace
+from builders import SHARED_GPU_PROMISE, RecordingScheduler, a_cluster, a_job, a_node, by_id, profile, trace
 from fuzzing import examples
 from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, NodeTable, TaskPlacement, TraceJob
 from loadmaster.scheduling import CycleResult, Preempt, Profile
@@ -226,25 +226,11 @@ PROMISE_TO_THE_WRONG_JOB = [
     exact("B", 3, 2, 1),
     exact("C", 0.5, 3, 2),
 ]
-SHARED_GPU_PROMISE = [
-    # Conservative: j5 (3 x half a GPU) reserves t=382; at t=382 it used to be placed afresh, on a
-    # GPU that j2 (backfilled) had left half used, taking a GPU j18 was promised at t=383 (j18 then
-    # started at 384). See test_conservative_backfill_starts_a_job_on_the_shared_gpus_it_reserved.
+SHARED_GPU_PROMISE_JOBS = [
+    # See builders.SHARED_GPU_PROMISE and
+    # test_conservative_backfill_starts_a_job_on_the_shared_gpus_it_reserved.
     trace(a_job(name).tasks(tasks).gpus(gpus).submitted(submit).limit(run_s), run_s)
-    for name, tasks, gpus, submit, run_s in (
-        ("j0", 1, 1.0, 60, 180),
-        ("j2", 1, 0.5, 62, 181),
-        ("j3", 2, 1.0, 20, 182),
-        ("j4", 2, 1.0, 59, 182),
-        ("j5", 3, 0.5, 61, 2),
-        ("j10", 1, 0.5, 47, 155),
-        ("j12", 1, 1.0, 0, 201),
-        ("j13", 1, 0.5, 61, 181),
-        ("j14", 3, 0.5, 60, 180),
-        ("j15", 2, 1.0, 60, 182),
-        ("j18", 2, 1.0, 63, 1),
-        ("j19", 1, 4.0, 59, 143),
-    )
+    for name, tasks, gpus, submit, run_s in SHARED_GPU_PROMISE
 ]
 ONE_NODE = a_cluster().nodes(1, gpus=8).build()
 
@@ -261,7 +247,7 @@ BACKFILL = {
 @given(cluster=clusters(), jobs=exact_workloads())
 @example(cluster=ONE_NODE, jobs=HEAD_STARTS_IN_THE_SAME_CYCLE)
 @example(cluster=ONE_NODE, jobs=PROMISE_TO_THE_WRONG_JOB)
-@example(cluster=ONE_NODE, jobs=SHARED_GPU_PROMISE)
+@example(cluster=ONE_NODE, jobs=SHARED_GPU_PROMISE_JOBS)
 def test_a_reserved_job_starts_no_later_than_first_promised(
     mode: str, cluster: NodeTable, jobs: list[TraceJob]
 ) -> None:
