@@ -64,7 +64,11 @@ def targets(
 
 
 def print_cases(
-    cases: Mapping[str, Mapping[str, object]], *, theirs: str, time_key: str, extra: tuple[str, str] | None = None
+    cases: Mapping[str, Mapping[str, object]],
+    *,
+    theirs: str,
+    time_key: str,
+    extra: tuple[str, str] | None = None,
 ) -> None:
     """The comparison table: JCT and makespan of ours against the authors', with both run times.
 

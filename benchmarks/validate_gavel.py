@@ -140,7 +140,12 @@ def main() -> None:
             theirs = reference(REFERENCE / trace / f"{policy}-ECOS.txt")
             scs = reference(REFERENCE / trace / f"{policy}-SCS.txt")
             cases[name] = {**case_result(ours, theirs, scs), "time": entry}
-    print_cases(cases, theirs="gavel_ecos", time_key="gavel_ecos_s", extra=("SCS dJCT", "gavel_scs_vs_ecos_avg_jct_delta"))
+    print_cases(
+        cases,
+        theirs="gavel_ecos",
+        time_key="gavel_ecos_s",
+        extra=("SCS dJCT", "gavel_scs_vs_ecos_avg_jct_delta"),
+    )
     checks = targets(
         cases,
         "|delta| <= 2% for both (issue 26)",
