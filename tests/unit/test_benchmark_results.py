@@ -41,7 +41,6 @@ PENDING: dict[str, tuple[str, str]] = {
         _OTHER_CHANGE,
         "python benchmarks/dashboard_scale.py --gpus 10000 --clients 20 --requests 50",
     ),
-    "fair_rule_sweep.json": (_EXPENSIVE, "python benchmarks/fair_rule_sweep.py"),
     "sim_throughput.json": (
         _EXPENSIVE,
         "python benchmarks/sim_throughput.py --loads 1.1 --timeout 120 --workers 2 "
