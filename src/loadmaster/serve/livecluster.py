@@ -319,6 +319,10 @@ class LiveDashboard:
             view.remember(self._latest)
             self.telemetry = view
 
+    def evict(self, job_id: str, reason: str) -> None:
+        """Not here: on a Kubernetes cluster the scheduler evicts (``kube run --reclaim``)."""
+        raise NotFoundError("on a live cluster reclaim's evictions are the scheduler's (kube run --reclaim)")
+
     def gpu_series_of(self, job_id: str) -> list[Series]:
         """The GPU series labelled with the job's pods; else those of the GPUs it holds by placement."""
         pods = {p for p, j in self._feed_pods().items() if j == job_id}
