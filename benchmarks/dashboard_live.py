@@ -26,12 +26,14 @@ import httpx
 
 from loadmaster.model import ClusterSnapshot
 from loadmaster.serve.demo import Demo
-from loadmaster.telemetry.exposition import LatestValues, MetricsServer
+from loadmaster.telemetry.exposition import LatestValues, render
 from loadmaster.telemetry.schema import FIELDS
 from loadmaster.telemetry.store import Series
 
 NAMESPACE = "demo"
 SCRAPE_S = 15
+REDISCOVER_S = 600.0
+"""As ``serve --config`` lists Prometheus's series (loadmaster.cli.serve.REDISCOVER_S)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,20 @@ def labelled(demo: Demo) -> LatestValues:
         stored = set(demo.options.fields or (f.key for f in FIELDS))
         values = {f: demo.store.latest(f) for f in FIELDS if f.key in stored}
     return LatestValues(series, values)
+
+
+def start_exporter(demo: Demo, port: int, workdir: Path) -> subprocess.Popen[bytes]:
+    """The exporter of every GPU, in its own process as dcgm-exporter runs on its own nodes: the text
+    exposition of the demo's latest values (they hold still: nothing steps the demo here), rendered
+    once and served as a file at ``/metrics`` by Python's http.server (Prometheus 2 reads a body of
+    an unknown content type as the text format)."""
+    folder = workdir / "exporter"
+    folder.mkdir()
+    (folder / "metrics").write_bytes(render(labelled(demo)))
+    return subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(folder)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def start_prometheus(target_port: int, port: int, workdir: Path) -> subprocess.Popen[bytes]:
@@ -119,16 +135,17 @@ def serve_live(gpus: int, port: int, ready_file: Path) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     started = time.perf_counter()
     demo = build_demo(DemoOptions(gpus=gpus, days=2.0, history_s=1800.0))
-    exporter = MetricsServer(lambda: labelled(demo), host="127.0.0.1", port=0).start()
     workdir = Path(tempfile.mkdtemp(prefix="dashboard-live-"))
+    exporter_port = _free_port()
+    exporter = start_exporter(demo, exporter_port, workdir)
     prom_port = _free_port()
-    prometheus = start_prometheus(exporter.port, prom_port, workdir)
+    prometheus = start_prometheus(exporter_port, prom_port, workdir)
     url = f"http://127.0.0.1:{prom_port}"
     try:
         ingest_s = wait_for_series(url, demo.index.size)
         # series discovery lists every GPU x field (about 140,000 series at 10,000 GPUs): longer than the
         # store's default 10 s timeout on a 2-core machine, so the benchmark allows 120 s and reports it
-        store = PrometheusStore(url, lookback_s=1800.0, timeout_s=120.0)
+        store = PrometheusStore(url, lookback_s=1800.0, timeout_s=120.0, rediscover_s=REDISCOVER_S)
         discovered = time.perf_counter()
         board = LiveDashboard(DemoFeed(demo), store, demo.tokens, cluster_name="live-10k",
                               options=LiveTiming(float(SCRAPE_S), 1800.0))  # fmt: skip
@@ -147,7 +164,8 @@ def serve_live(gpus: int, port: int, ready_file: Path) -> None:
     finally:
         prometheus.terminate()
         prometheus.wait(timeout=30)
-        exporter.close()
+        exporter.terminate()
+        exporter.wait(timeout=30)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -289,3 +289,30 @@ def test_an_eviction_a_disruption_budget_refuses_is_recorded_with_the_reason(
     assert entry.action == "evict (refused)"
     assert "0 of 1 pods evicted; refused: team-a/idle: 429" in entry.reason
     assert cluster.stats.counts["eviction_failures"] == 1
+
+
+def test_a_restarted_scheduler_does_not_tell_the_owner_again_and_keeps_the_first_notices_grace(
+    api: KubeApiDouble, clock: Clock, setup: tuple[KubeCluster, Telemetry], tmp_path: Path
+) -> None:
+    cluster, telemetry = setup
+    path = tmp_path / "state.sqlite"
+
+    def scheduler_process() -> KubeReclaimer:  # a fresh tracker over the persisted ledger
+        tracker = ReclaimTracker([POLICY])
+        return KubeReclaimer(cluster, tracker, PrometheusIdle(telemetry.store), StateStore(path), 60.0)
+
+    first = scheduler_process()
+    advance(api, cluster, clock, telemetry, 630)
+    assert [(d.job, d.step.value) for d in first.step()] == [("team-a/idle", "notify")]
+    told_at = clock.now
+    wait_synced(cluster, api.rv)
+    restarted = scheduler_process()
+    advance(api, cluster, clock, telemetry, 60)
+    assert restarted.step() == []  # told already: no second notice, no second Event
+    assert events(api, "IdleGPUs") == ["team-a/idle"]
+    advance(api, cluster, clock, telemetry, told_at + POLICY.grace_s - 60 - clock.now)
+    assert restarted.step() == []  # the grace runs from the first notice...
+    advance(api, cluster, clock, telemetry, 60)
+    assert [(d.job, d.step.value) for d in restarted.step()] == [("team-a/idle", "act")]  # ...and ends there
+    entries = [(e.job, e.action) for e in reversed(StateStore(path).ledger())]
+    assert entries == [("team-a/idle", "notify"), ("team-a/idle", "evict")]

@@ -115,3 +115,20 @@ def test_an_idle_start_read_a_little_differently_each_look_is_the_same_stretch()
     tracker = ReclaimTracker([POLICY])
     assert steps(tracker, [1800], [job(idle_since=0.0)]) == [(1800, "nb", "notify")]
     assert steps(tracker, [2400, 3700], [job(idle_since=1900.0)]) == [(3700, "nb", "notify")]
+
+
+def test_a_restored_notice_goes_on_unless_the_job_worked_since() -> None:
+    """A tracker told by the ledger that the owner was told at 1800 (idle since 0) acts at 2400 without
+    telling again; a job idle only since after that notice, or acted on already, is not continued."""
+    same = ReclaimTracker([POLICY])
+    same.restore("nb", 1800, acted=False)
+    assert steps(same, [2000, 2400], [job()]) == [(2400, "nb", "act")]
+    worked = ReclaimTracker([POLICY])
+    worked.restore("nb", 1800, acted=False)
+    assert steps(worked, [4000, 4600], [job(idle_since=2000)]) == [
+        (4000, "nb", "notify"),
+        (4600, "nb", "act"),
+    ]
+    done = ReclaimTracker([POLICY])
+    done.restore("nb", 1800, acted=True)
+    assert steps(done, [2000, 2400, 9000], [job()]) == []

@@ -89,3 +89,24 @@ def test_serve_yaml_describes_the_loop(tmp_path: Path) -> None:
     path.write_text("reclaim:\n  policies:\n    - {action: delete}\n")
     with pytest.raises(ConfigError, match=r"serve\.yaml:3: reclaim\.policies\[0\]\.action"):
         load_serve_config(path)
+
+
+def test_a_job_the_policy_evicts_ends_in_the_simulator_and_frees_its_gpus() -> None:
+    demo = build_demo(DemoOptions(history_s=3600.0, speed=60.0))  # its own: jobs end here
+    state = StateStore()
+    loop = ReclaimLoop([ReclaimPolicy(idle_after_s=600, grace_s=600, dry_run=False)], state, interval_s=60)
+    noticed = {d.job for d in loop.step(demo)}
+    demo.advance(700.0)
+    evicted = {d.job for d in loop.step(demo) if d.step.value == "act"}
+    assert evicted and evicted <= noticed
+    sim = demo.sim
+    for job in evicted:
+        number = sim.index[job]
+        assert job not in sim.cluster.running and job not in sim.cluster.pending  # ended, not requeued
+        assert not (sim.owner == number).any()
+        assert sim.records[job].end_s == pytest.approx(demo.now_s)
+        assert sim.log.reason[number].startswith("evicted: still idle")
+    assert {e.job for e in state.ledger() if e.action == "evict"} == evicted
+    demo.advance(3600.0)
+    assert not evicted & set(sim.cluster.running)
+    assert [d for d in loop.step(demo) if d.job in evicted] == []  # gone from the loop too

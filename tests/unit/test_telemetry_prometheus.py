@@ -30,6 +30,8 @@ class Fake:
 
     def __init__(self) -> None:
         self.queries: list[dict[str, str]] = []
+        self.instant: list[dict[str, str]] = [GPU0]
+        """The series an instant query answers (87 each)."""
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         params = dict(request.url.params)
@@ -37,7 +39,8 @@ class Fake:
         if request.url.path == "/api/v1/series":
             data: object = [GPU0, GPU1]
         elif request.url.path == "/api/v1/query":
-            data = {"resultType": "vector", "result": [{"metric": GPU0, "value": [100.0, "87"]}]}
+            answers = [{"metric": m, "value": [100.0, "87"]} for m in self.instant]
+            data = {"resultType": "vector", "result": answers}
         elif "max_over_time" in params["query"]:
             data = {
                 "resultType": "matrix",
@@ -118,3 +121,25 @@ def test_unreachable_server_is_a_telemetry_error() -> None:
         pytest.raises(TelemetryError, match="connection refused"),
     ):
         store.series()
+
+
+def test_series_are_listed_again_only_after_rediscover_s(fake: Fake) -> None:
+    """Between two listings the reader answers from what it has seen; a series first returned by an
+    instant query in between is among them."""
+    now = [0.0]
+    store = PrometheusStore(
+        "http://prom:9090", transport=httpx.MockTransport(fake), rediscover_s=60.0, clock=lambda: now[0]
+    )
+
+    def listings() -> int:
+        return sum(q["path"] == "/api/v1/series" for q in fake.queries)
+
+    assert len(store.series()) == 2 and listings() == 1
+    fake.instant = [{**GPU1, "gpu": "2", "UUID": "GPU-c"}]
+    store.latest(field("GPU_UTIL"))
+    now[0] = 59.0
+    assert [s.labels["gpu"] for s in store.series()] == ["0", "1", "2"] and listings() == 1
+    now[0] = 60.0
+    store.series()
+    assert listings() == 2
+    store.close()

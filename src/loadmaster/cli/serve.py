@@ -100,6 +100,10 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
+REDISCOVER_S = 600.0
+"""Seconds between two full listings of Prometheus's series in live mode (see PrometheusStore)."""
+
+
 def _live_app(
     settings: ServeConfig, auth: Authenticator, state: StateStore | None, reclaim: ReclaimLoop | None
 ) -> FastAPI:
@@ -115,9 +119,12 @@ def _live_app(
     watch.list_now()
     watch.start()
     prometheus = settings.prometheus
-    store = PrometheusStore(prometheus.url, lookback_s=prometheus.history_s)
+    # the dashboard reads every live series' newest values each scrape, so Prometheus's full series
+    # listing (seconds at 10,000 GPUs) is needed only now and then, for series that ended unseen
+    store = PrometheusStore(prometheus.url, lookback_s=prometheus.history_s, rediscover_s=REDISCOVER_S)
     timing = LiveTiming(prometheus.step_s, prometheus.history_s)
-    board = LiveDashboard(watch, store, auth, cluster_name=settings.cluster.name, options=timing)
+    board = LiveDashboard(watch, store, auth, cluster_name=settings.cluster.name, options=timing,
+                          series_refresh_s=prometheus.step_s)  # fmt: skip
     nodes = board.sim.nodes
     console.print(
         f"[bold]{board.cluster_name}[/]: {len(nodes)} nodes, {nodes.total_gpus:,} GPUs, "

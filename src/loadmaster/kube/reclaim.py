@@ -26,9 +26,10 @@ Each look (every ``interval_s`` of the scheduler's clock, leader only), :class:`
 4. enters every step in the ledger (actor :data:`ACTOR`) and logs it.
 
 Every write is fenced on the leader Lease as binds are. Exempt namespaces and labels come from
-the policy; an operator's exemption lasts until the job ends (the ledger is read from its start
-when the scheduler starts, so exemptions survive a restart; a notice's clock does not: a restarted
-scheduler notices again, so it never acts earlier than the policy says).
+the policy; an operator's exemption lasts until the job ends. The ledger is read from its start when
+the scheduler starts, so exemptions survive a restart, and so do notices: a job whose pods still carry
+the notice of an earlier scheduler (or an earlier leader) is not told again, and its grace runs from
+that notice (:meth:`ReclaimTracker.restore`); a job that worked since is told afresh.
 """
 
 from __future__ import annotations
@@ -117,6 +118,8 @@ class KubeReclaimer:
         self._last_s = -float("inf")
         self._read_id = 0
         self._jobs: dict[str, _Job] = {}
+        self._told: dict[str, tuple[float, bool]] = {}
+        """Job -> (notice time, acted since) from our own entries read back (an earlier process's)."""
 
     # ------------------------------------------------------------------ look
     def step(self) -> list[ReclaimDecision]:
@@ -127,6 +130,7 @@ class KubeReclaimer:
         self._last_s = now
         self._jobs = self._running()
         self._read_operators()
+        self._restore_notices()
         idle = self.idle.idle_since({j: job.pods for j, job in self._jobs.items()}, now)
         activity = [
             JobActivity(
@@ -190,10 +194,31 @@ class KubeReclaimer:
             if entry.actor == ACTOR:
                 if entry.action in {ReclaimAction.EVICT.value, ReclaimAction.MARK.value}:
                     self.tracker.approved.discard(entry.job)
+                self._remember_own(entry)
                 continue
             if entry.action not in OPERATOR_ACTIONS:
                 continue
             self._apply(entry)
+
+    def _remember_own(self, entry: LedgerEntry) -> None:
+        """Keep a notice an earlier scheduler entered (and whether it acted since; a lifted notice is
+        forgotten). Entries this process made are never read back (``_enter`` skips past them)."""
+        action = entry.action.removesuffix(" (dry run)")
+        if action == "notify":
+            self._told[entry.job] = (entry.at_s, False)
+        elif action in {"evict", "evict (refused)", "mark"} and entry.job in self._told:
+            self._told[entry.job] = (self._told[entry.job][0], True)
+        elif action == "notice lifted":
+            self._told.pop(entry.job, None)
+
+    def _restore_notices(self) -> None:
+        """Hand the tracker the notices read back whose job still runs with our notice on its pods
+        (a job of the same name started since carries none, and is told afresh)."""
+        for job_id, (notified_s, acted) in self._told.items():
+            job = self._jobs.get(job_id)
+            if job is not None and job.noticed:
+                self.tracker.restore(job_id, notified_s, acted)
+        self._told.clear()
 
     def _apply(self, entry: LedgerEntry) -> None:
         job = entry.job

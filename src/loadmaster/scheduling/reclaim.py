@@ -157,6 +157,8 @@ class ReclaimTracker:
         """Jobs an operator exempted (until they end)."""
         self.approved: set[str] = set()
         """Jobs whose pending action an operator approved: carried out, for real, at the next look."""
+        self._restored: dict[str, tuple[float, bool]] = {}
+        """Job -> (when its owner was told, whether acted on since), from a ledger written before."""
 
     def policy_for(self, pool: str | None) -> ReclaimPolicy | None:
         """The pool's policy, else the catch-all one, else None."""
@@ -177,16 +179,32 @@ class ReclaimTracker:
             # The same stretch unless it began after the last look (the job worked in between): telemetry
             # read over a moving window puts the start of one stretch a little differently each look.
             if seen is None or job.idle_since_s > seen.looked_s:
-                seen = self._seen[job.job] = _Seen(job.idle_since_s)
+                seen = self._seen[job.job] = self._fresh(job.job, job.idle_since_s)
             seen.looked_s = now_s
             decision = self._next(now_s, job, seen, policy)
             if decision is not None:
                 out.append(decision)
         for gone in set(self._seen) - listed:
             del self._seen[gone]
+        self._restored.clear()  # only the first look after a restore can continue a told stretch
         self.exempted &= listed
         self.approved &= listed
         return out
+
+    def _fresh(self, job: str, idle_since_s: float) -> _Seen:
+        """A stretch seen for the first time: one the ledger says the owner was told of goes on from
+        that notice (the stretch began before it), else it starts untold."""
+        told = self._restored.pop(job, None)
+        if told is not None and idle_since_s <= told[0]:
+            return _Seen(idle_since_s, notified_s=told[0], acted=told[1])
+        return _Seen(idle_since_s)
+
+    def restore(self, job: str, notified_s: float, acted: bool) -> None:
+        """The job's owner was told at ``notified_s`` (and the action taken, when ``acted``) before this
+        tracker began (a restarted scheduler, a new leader: the ledger says so). At the next look, if
+        the job is still in the idle stretch that began before that notice, it is not told again and
+        the grace runs from that notice; a job that worked since starts over."""
+        self._restored[job] = (notified_s, acted)
 
     def _next(
         self, now_s: float, job: JobActivity, seen: _Seen, policy: ReclaimPolicy

@@ -123,6 +123,11 @@ class Dashboard(Protocol):
         """The telemetry series of a job's GPUs (empty when it has none)."""
         ...
 
+    def evict(self, job_id: str, reason: str) -> None:
+        """End a running job because reclaim evicted it (the demo's simulator; NotFoundError where this
+        server does not run the cluster)."""
+        ...
+
 
 def placements_of(sim: ClusterModel, job_id: str) -> tuple[TaskPlacement, ...]:
     """Where a job runs (or its bound part waits, or it last ran)."""

@@ -33,6 +33,7 @@ from loadmaster.serve.auth import TokenTable
 from loadmaster.serve.feed import DASHBOARD_FIELDS, DemoTelemetry
 from loadmaster.serve.gpus import GpuIndex, TelemetryView, series_positions
 from loadmaster.serve.live import LiveSimulator
+from loadmaster.serve.views import NotFoundError
 from loadmaster.sim import SimOptions
 from loadmaster.telemetry.duck import DuckDBStore, Retention
 from loadmaster.telemetry.schema import BY_ID, FIELDS
@@ -217,6 +218,12 @@ class Demo:
         if batch.num_rows:
             newest = pc.equal(times, pc.max(times))
             self.telemetry.remember(_latest_by_key(batch.filter(newest)))
+
+    def evict(self, job_id: str, reason: str) -> None:
+        """Reclaim evicted the job: it ends in the simulator now and its GPUs go to the queue."""
+        with self.lock:
+            if not self.sim.evict_now(job_id, reason):
+                raise NotFoundError(f"no running job {job_id!r}")
 
     def set_speed(self, speed: float) -> None:
         """Change the speed (simulated seconds per wall second); 0 pauses."""

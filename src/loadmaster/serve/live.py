@@ -95,6 +95,13 @@ class LiveSimulator(Simulator):
             self._refresh_owner()
         return steps
 
+    def evict_now(self, job_id: str, reason: str) -> bool:
+        """:meth:`Simulator.evict` at the live clock's now; the ownership grid follows at once."""
+        if not self.evict(job_id, reason, self.now_s):
+            return False
+        self._refresh_owner()
+        return True
+
     def _frame_until(self, time_s: float) -> None:
         """Record ownership frames for every frame time passed before ``time_s`` (state before it)."""
         last = self.frames[-1].time_s if self.frames else None

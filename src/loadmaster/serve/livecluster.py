@@ -219,6 +219,14 @@ class JobLabelledStore:
         return self.inner.range(field, series, start_s, end_s, step_s)
 
 
+LIVE_FIELDS = (
+    "GPU_UTIL", "SM_ACTIVE", "FB_USED", "FB_FREE", "POWER_USAGE", "GPU_TEMP",
+    "XID_ERRORS", "ECC_DBE_VOL_TOTAL", "CLOCKS_EVENT_REASONS",
+)  # fmt: skip
+"""The fields whose newest values the views read for every GPU (colour, state, badges): read once per
+refresh and kept in memory; any other field, or a past time, is read from the store when asked."""
+
+
 @dataclass(frozen=True)
 class LiveTiming:
     """Seconds between telemetry samples (the scrape interval) and the history kept."""
@@ -258,6 +266,7 @@ class LiveDashboard:
             first.snapshot.nodes, self.options.history_s, max(self.options.telemetry_step_s, 60.0)
         )
         self._series: list[Series] = []
+        self._latest: dict[str, dict[int, float]] = {}
         self._series_at = -math.inf
         self.index = GpuIndex.of(self.sim.nodes)
         self.telemetry = TelemetryView(self.index, self.store, np.zeros(0, dtype=np.int64))
@@ -281,12 +290,20 @@ class LiveDashboard:
         raise NotFoundError("a live cluster runs in real time: speed is a control of the demo only")
 
     def refresh(self) -> None:
-        """Read the feed and, every ``series_refresh_s``, the telemetry series; rebuild what changed."""
+        """Read the feed and, every ``series_refresh_s``, the telemetry (series and the newest value of
+        each field the views colour and badge by); rebuild what changed.
+
+        Prometheus is read before the lock is taken, and the views then read those values from memory
+        (:meth:`TelemetryView.remember`, as the demo keeps its last batch), so no request waits on
+        Prometheus and no request builds a snapshot from a half-read cluster.
+        """
         feed = self.source.feed()
         if feed is None:
             return
         if self._clock() - self._series_at >= self.series_refresh_s:
-            self._series = _fresh(self.store.inner)
+            latest = {key: self.store.inner.latest(field(key)) for key in LIVE_FIELDS}
+            self._series = _fresh(self.store.inner, set(latest["GPU_UTIL"]))
+            self._latest = latest
             self._series_at = self._clock()
         with self.lock:
             nodes = {n.name: i for i, n in enumerate(feed.snapshot.nodes.nodes)}
@@ -298,7 +315,13 @@ class LiveDashboard:
             self.store.jobs = {pod: (job, users.get(job, "?")) for pod, job in feed.pods.items()}
             if changed or self.index.size != int(self.sim.nodes.gpus.sum()):
                 self.index = GpuIndex.of(self.sim.nodes)
-            self.telemetry = TelemetryView(self.index, self.store, series_positions(self.index, self._series))
+            view = TelemetryView(self.index, self.store, series_positions(self.index, self._series))
+            view.remember(self._latest)
+            self.telemetry = view
+
+    def evict(self, job_id: str, reason: str) -> None:
+        """Not here: on a Kubernetes cluster the scheduler evicts (``kube run --reclaim``)."""
+        raise NotFoundError("on a live cluster reclaim's evictions are the scheduler's (kube run --reclaim)")
 
     def gpu_series_of(self, job_id: str) -> list[Series]:
         """The GPU series labelled with the job's pods; else those of the GPUs it holds by placement."""
@@ -311,11 +334,11 @@ class LiveDashboard:
         return feed.pods if feed is not None else {}
 
 
-def _fresh(store: TelemetryStore) -> list[Series]:
-    """The store's series, less GPU series with no recent sample: a GPU whose pod changed keeps its old
-    label set in Prometheus for a while, and that one must not say who holds the GPU now."""
+def _fresh(store: TelemetryStore, recent: set[int]) -> list[Series]:
+    """The store's series, less GPU series with no recent sample (``recent``: the ids with a newest
+    GPU_UTIL): a GPU whose pod changed keeps its old label set in Prometheus for a while, and that one
+    must not say who holds the GPU now."""
     every = store.series()
-    recent = set(store.latest(field("GPU_UTIL")))
     if not recent:
         return every
     return [s for s in every if s.scope != "gpu" or s.id in recent or "GPU_I_ID" in s.labels]

@@ -28,6 +28,7 @@ from loadmaster.scheduling.reclaim import (
     ReclaimDecision,
     ReclaimPolicy,
     ReclaimTracker,
+    Step,
 )
 from loadmaster.serve.config import ReclaimConfig
 from loadmaster.serve.dashboard import Dashboard
@@ -83,6 +84,8 @@ class ReclaimLoop:
             action = "notify" if d.step.value == "notify" else d.action.value
             self._record(now, d.job, d.owner, board, action + (" (dry run)" if d.dry_run else ""), d.reason,
                          POLICY_ACTOR, d.idle_gpu_hours)  # fmt: skip
+            if d.step is Step.ACT and d.action is ReclaimAction.EVICT and not d.dry_run:
+                board.evict(d.job, d.reason)  # the job ends; a mark leaves it running
             LOG.info("reclaim %s %s: %s", action, d.job, d.reason)
         return decisions
 

@@ -231,6 +231,25 @@ class Simulator:
         if math.isnan(self.log.estimated_start[index]):
             self.log.estimated_start[index] = reserve.start_s
 
+    def evict(self, job_id: str, reason: str, now: float) -> bool:
+        """End a running job at ``now`` for a reason outside the scheduler (reclaim evicted its idle
+        GPUs); False when it is not running. It is not requeued, as a Kubernetes eviction of a job's
+        pods ends it unless its owner (or a controller) submits it again; a cycle gives its GPUs to the
+        queue at once."""
+        running = self.cluster.running.pop(job_id, None)
+        if running is None:
+            return False
+        self.cluster.service.pop(job_id, None)
+        self._release(running)
+        self.cluster.account(running, now, finished=False)
+        index = self.index[job_id]
+        self.log.end[index] = now
+        self.log.reason[index] = f"evicted: {reason}"
+        self._explain(job_id, now, f"evicted: {reason}")
+        self._report(1)
+        self._cycle(now)
+        return True
+
     def _stop(self, job_id: str, reason: str, now: float) -> None:
         """Preempt a running job for a reason outside the scheduler (a node reboot)."""
         self._preempt(Preempt(job_id, reason), now)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -61,6 +61,11 @@ class PrometheusStore:
     ``url`` is the server's base URL (``http://prometheus:9090``);
     ``transport`` lets tests answer without a network (``httpx.MockTransport``).
     ``lookback_s`` bounds ``series`` discovery to series seen that recently.
+    ``rediscover_s``: ``series`` lists Prometheus's series again only when its last listing is older
+    than this; in between it answers from the series this reader has seen (listed, or returned by
+    ``latest`` and ``range``). Listing every GPU x field is the costliest read (about 140,000 series at
+    10,000 GPUs, seconds of JSON), while a process that polls ``latest`` every scrape (``serve``) sees
+    every live series anyway; 0 (the default) lists at every call.
     """
 
     def __init__(
@@ -69,9 +74,15 @@ class PrometheusStore:
         timeout_s: float = 10.0,
         lookback_s: float = 3600.0,
         transport: httpx.BaseTransport | None = None,
+        *,
+        rediscover_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url.rstrip("/")
         self.lookback_s = lookback_s
+        self.rediscover_s = rediscover_s
+        self._clock = clock
+        self._listed_at = -math.inf
         self._client = httpx.Client(base_url=self.url, timeout=timeout_s, transport=transport)
         self._ids: dict[tuple[tuple[str, str], ...], int] = {}
         self._known: dict[int, Series] = {}
@@ -96,18 +107,21 @@ class PrometheusStore:
         raise TelemetryError("PrometheusStore is read-only: Prometheus stores what it scrapes")
 
     def series(self, **labels: str) -> list[Series]:
-        """The series seen within ``lookback_s`` whose labels equal every given label, by id."""
-        now = time.time()
-        data = self._get(
-            "/api/v1/series",
-            [
-                ("match[]", f'{{__name__=~"{_NAMES}"}}'),
-                ("start", str(now - self.lookback_s)),
-                ("end", str(now)),
-            ],
-        )
-        for raw in data:
-            self._id_of(raw)
+        """The series seen within ``lookback_s`` (and every series this reader has seen since) whose
+        labels equal every given label, by id; listed afresh at most every ``rediscover_s``."""
+        if self._clock() - self._listed_at >= self.rediscover_s:
+            now = time.time()
+            data = self._get(
+                "/api/v1/series",
+                [
+                    ("match[]", f'{{__name__=~"{_NAMES}"}}'),
+                    ("start", str(now - self.lookback_s)),
+                    ("end", str(now)),
+                ],
+            )
+            for raw in data:
+                self._id_of(raw)
+            self._listed_at = self._clock()
         return [s for _, s in sorted(self._known.items()) if matches(s, labels)]
 
     def latest(self, field: Field, at_s: float | None = None) -> dict[int, float]:
