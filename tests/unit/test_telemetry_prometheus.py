@@ -143,3 +143,30 @@ def test_series_are_listed_again_only_after_rediscover_s(fake: Fake) -> None:
     store.series()
     assert listings() == 2
     store.close()
+
+
+def test_series_not_seen_for_lookback_and_rediscover_are_forgotten(fake: Fake) -> None:
+    """A long-running reader's memory is bounded: a pod's series that no listing or query returned for
+    lookback_s + rediscover_s is dropped; a new series gets a new id, never a forgotten one."""
+    now = [0.0]
+    store = PrometheusStore(
+        "http://prom:9090",
+        transport=httpx.MockTransport(fake),
+        lookback_s=100.0,
+        rediscover_s=10.0,
+        clock=lambda: now[0],
+    )
+    fake.instant = [{**GPU1, "gpu": "7", "UUID": "GPU-z", "pod": "old"}]
+    store.latest(field("GPU_UTIL"))
+    assert {s.labels["gpu"] for s in store.series()} == {"0", "1", "7"}
+    fake.instant = [GPU0]
+    for t in (50.0, 100.0, 110.0):
+        now[0] = t
+        store.latest(field("GPU_UTIL"))
+        assert "7" in {s.labels["gpu"] for s in store.series()}
+    now[0] = 120.0
+    store.latest(field("GPU_UTIL"))
+    assert {s.labels["gpu"] for s in store.series()} == {"0", "1"}
+    fake.instant = [{**GPU1, "gpu": "8", "UUID": "GPU-y"}]
+    assert list(store.latest(field("GPU_UTIL"))) == [3]
+    store.close()

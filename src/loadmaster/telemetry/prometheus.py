@@ -21,6 +21,7 @@ user text.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -35,6 +36,8 @@ from loadmaster.errors import TelemetryError
 from loadmaster.telemetry.buckets import correct_resets, step_times
 from loadmaster.telemetry.schema import FIELDS, LABELS, Field, Kind, Scope
 from loadmaster.telemetry.store import Range, Series, matches
+
+LOG = logging.getLogger("loadmaster.telemetry")
 
 _MAX_POINTS = 10_000
 """Prometheus refuses a range query of more than 11,000 points per series; ask for fewer at a time."""
@@ -66,6 +69,10 @@ class PrometheusStore:
     ``latest`` and ``range``). Listing every GPU x field is the costliest read (about 140,000 series at
     10,000 GPUs, seconds of JSON), while a process that polls ``latest`` every scrape (``serve``) sees
     every live series anyway; 0 (the default) lists at every call.
+
+    Memory stays bounded in a long-running reader: at each listing, a series neither listed nor
+    returned by a query for ``lookback_s + rediscover_s`` (a pod that ended, a GPU removed) is
+    forgotten. Ids are never reused, so an id a caller still holds cannot name another series.
     """
 
     def __init__(
@@ -87,6 +94,9 @@ class PrometheusStore:
         self._ids: dict[tuple[tuple[str, str], ...], int] = {}
         self._known: dict[int, Series] = {}
         self._raw: dict[int, dict[str, str]] = {}
+        self._seen: dict[int, float] = {}
+        """When each series was last listed or returned by a query (``clock``'s time)."""
+        self._next_id = 0
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
@@ -122,6 +132,7 @@ class PrometheusStore:
             for raw in data:
                 self._id_of(raw)
             self._listed_at = self._clock()
+            self._forget(before=self._listed_at - self.lookback_s - self.rediscover_s)
         return [s for _, s in sorted(self._known.items()) if matches(s, labels)]
 
     def latest(self, field: Field, at_s: float | None = None) -> dict[int, float]:
@@ -207,13 +218,27 @@ class PrometheusStore:
             common = {k: v for k, v in common.items() if raw.get(k) == v}
         return common
 
+    def _forget(self, before: float) -> None:
+        """Drop the series last seen before ``before`` (see the class docstring)."""
+        stale = [sid for sid, seen in self._seen.items() if seen < before]
+        for sid in stale:
+            del self._ids[tuple(sorted(self._raw.pop(sid).items()))]
+            del self._known[sid], self._seen[sid]
+        if stale:
+            LOG.info(
+                "Prometheus at %s: forgot %d series not seen since the last listings", self.url, len(stale)
+            )
+
     def _id_of(self, metric: Mapping[str, str]) -> int:
         raw = {k: v for k, v in metric.items() if k != "__name__"}
         key = tuple(sorted(raw.items()))
         found = self._ids.get(key)
         if found is not None:
+            self._seen[found] = self._clock()
             return found
-        new = len(self._ids)
+        new = self._next_id
+        self._next_id += 1
+        self._seen[new] = self._clock()
         self._ids[key] = new
         self._raw[new] = raw
         labels = {k: v for k, v in raw.items() if k in LABELS and k != "job"}
