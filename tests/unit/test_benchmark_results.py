@@ -47,7 +47,6 @@ PENDING: dict[str, tuple[str, str]] = {
         "--out benchmarks/results/sim_throughput.json",
     ),
     "cycle_latency.json": (_TIMED, "python benchmarks/cycle_latency.py --cycles 100 --seed 5"),
-    "sweep_scale_quick.json": (_TIMED, "python benchmarks/sweep_scale.py --quick --workers 2 --repeats 2"),
     "peer_speed.json": (_TIMED, "python benchmarks/peer_speed.py --repeats 3"),
 }
 
