@@ -33,14 +33,9 @@ NOT_BENCHMARKS = {
 
 # Results written before the stamp existed and not yet rerun, each with why and the command that
 # restamps it. Remove an entry when its file is rerun; the test then requires the stamp.
-_OTHER_CHANGE = "rerun by the change that reworks its subject (issue 27 items 1-3)"
 _EXPENSIVE = "more than 10 minutes on the 2-core machine"
 _TIMED = "its targets are timings: rerun on a quiet machine, not beside other work"
 PENDING: dict[str, tuple[str, str]] = {
-    "dashboard_scale.json": (
-        _OTHER_CHANGE,
-        "python benchmarks/dashboard_scale.py --gpus 10000 --clients 20 --requests 50",
-    ),
     "sim_throughput.json": (
         _EXPENSIVE,
         "python benchmarks/sim_throughput.py --loads 1.1 --timeout 120 --workers 2 "
