@@ -57,6 +57,11 @@ class Session:
     """Running jobs' releases kept across cycles (reservation.ReleaseBook), or None."""
     allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)
     """Allowed nodes per job shape, for this cycle (filters do not read free resources)."""
+    admit_keys: dict[str, tuple[Job, Hashable | None]] = field(default_factory=dict)
+    """Each job's admission key (see allocate.admit), by job id, with the job object it was computed
+    for (kept across cycles; only for jobs without bound tasks)."""
+    admitted: dict[Hashable, Status] = field(default_factory=dict)
+    """Admission verdicts by key since the last bind of the cycle (see allocate.admit)."""
     admission: bool = False
     """Set by the ``admit`` action: ask the admit plugins before placing each job."""
     state_version: int = 0

@@ -13,7 +13,7 @@ from loadmaster.scheduling.framework import BoolArray
 from loadmaster.scheduling.placement import Scoring, place_job
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
-from loadmaster.scheduling.status import SUCCESS, Status, unschedulable, wait
+from loadmaster.scheduling.status import SUCCESS, Code, Status, unschedulable, wait
 
 
 def run(session: Session) -> None:
@@ -29,34 +29,74 @@ def run(session: Session) -> None:
 def walk(session: Session) -> None:
     """Place each job of the queue in order, blocking strict lanes at the first job that cannot start."""
     scoring = Scoring(tuple(session.profile.scores))
+    # Locals, not attributes: this loop visits every waiting job of every cycle (tens of thousands
+    # of visits per cycle in an overloaded queue), and most visits end in a memo lookup.
+    statuses, bound, blocked, strict = session.statuses, session.bound, session.blocked, session.strict
+    admission = session.admission
     for pending in session.queue:
         job = pending.job
-        lane = session.lane(job)
-        if lane in session.blocked or job.id in session.statuses or job.id in session.bound:
+        job_id = job.id
+        # Only a strict lane is ever blocked, so the lane is asked for only once one is.
+        if job_id in statuses or job_id in bound or (blocked and session.lane(job) in blocked):
             continue
-        status = admit(session, pending)
-        if status.ok:
+        status = admit(session, pending) if admission else SUCCESS
+        if status.code is Code.SUCCESS:
             status = try_place(session, pending, scoring, session.ctx.state)
-        if status.ok:
-            continue
-        session.statuses[job.id] = status
-        if session.strict:
-            session.blocked[lane] = wait(
-                f"queued behind {job.id} in {lane} (strict FIFO); it waits on: {status.reason}", "fifo"
+            if status.code is Code.SUCCESS:
+                continue
+        statuses[job_id] = status
+        if strict:
+            lane = session.lane(job)
+            blocked[lane] = wait(
+                f"queued behind {job_id} in {lane} (strict FIFO); it waits on: {status.reason}", "fifo"
             )
             if session.all_blocked():
                 return
 
 
 def admit(session: Session, pending: PendingJob) -> Status:
-    """The first refusal of an admit plugin, or SUCCESS (also when admission is off)."""
+    """The first refusal of an admit plugin, or SUCCESS (also when admission is off).
+
+    Asked once per admission key (``AdmitPlugin.admit_key``) between two binds
+    of the cycle: jobs with equal keys get equal verdicts until a bind, so the
+    verdict kept is the one the plugins would give again.
+    """
     if not session.admission:
         return SUCCESS
+    key = _admit_key(session, pending)
+    if key is not None:
+        found = session.admitted.get(key)
+        if found is not None:
+            return found
+    status = SUCCESS
     for plugin in session.profile.admit:
         status = plugin.admit(pending, session.ctx)
         if not status.ok:
-            return status
-    return SUCCESS
+            break
+    if key is not None:
+        session.admitted[key] = status
+    return status
+
+
+def _admit_key(session: Session, pending: PendingJob) -> Hashable | None:
+    """The admit plugins' keys for ``pending`` together (None if one has none); kept per job object."""
+    job = pending.job
+    if not pending.bound:
+        cached = session.admit_keys.get(job.id)
+        if cached is not None and cached[0] is job:
+            return cached[1]
+    parts = []
+    for plugin in session.profile.admit:
+        part = plugin.admit_key(pending)
+        if part is None:
+            key = None
+            break
+        parts.append(part)
+    else:
+        key = tuple(parts)
+    if not pending.bound:
+        session.admit_keys[job.id] = (job, key)
+    return key
 
 
 def try_place(
@@ -123,6 +163,7 @@ def commit(
     session.decisions.append(Bind(pending.job.id, tuple(placed), starts))
     session.bound.add(pending.job.id)
     session.state_version += 1
+    session.admitted.clear()  # admission verdicts may change with each bind
     for listener in session.bind_listeners:
         listener(placed)
     if session.profile.admit:

@@ -178,4 +178,5 @@ def _evict(session: Session, pending: PendingJob, victims: list[RunningJob], evi
         session.decisions.append(Preempt(victim.job.id, f"preempted so that {pending.job.id} can start"))
     session.state_version += 1
     session.failed_shapes.clear()  # capacity grew: earlier failures in this cycle may fit now
+    session.admitted.clear()  # admit plugins do not read evictions; cleared anyway, as after a bind
     session.failed_requests.clear()

@@ -11,7 +11,7 @@ dominant resource is usually GPUs, but CPU- or memory-heavy jobs count too.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -103,6 +103,22 @@ class DominantResourceFairness(OrderPlugin):
             cached = dominant_shares(ctx.snapshot.running, ctx.snapshot.nodes)
             ctx.data[self.name] = cached
         return cached
+
+    def order_prefixes(self, jobs: Sequence[Job], ctx: CycleContext) -> list[tuple[float | str, ...]]:
+        """The shares part of :meth:`order_key`, one tuple per owner (a queue has a few owners)."""
+        shares = self.shares(ctx)
+        users, groups, level = shares.user, shares.group, self.level
+        by_owner: dict[tuple[str, str], tuple[float | str, ...]] = {}
+        out = []
+        for job in jobs:
+            owner = (job.group, job.user)
+            prefix = by_owner.get(owner)
+            if prefix is None:
+                user, group = users.get(job.user, 0.0), groups.get(job.group, 0.0)
+                prefix = (user,) if level == "user" else (group,) if level == "group" else (group, user)
+                by_owner[owner] = prefix
+            out.append(prefix)
+        return out
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         shares = self.shares(ctx)

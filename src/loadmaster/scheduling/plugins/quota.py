@@ -16,7 +16,7 @@ quota and quota is never mistaken for capacity.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -200,6 +200,11 @@ class Quota(AdmitPlugin, VictimPlugin):
         if found is None:
             found = ledger.admitted[job.group, need] = self._admit(org, job.group, need, ledger.held)
         return found
+
+    def admit_key(self, pending: PendingJob) -> Hashable:
+        """The verdict depends on the job's group and the GPUs it still needs, and on the ledger,
+        which changes only at binds."""
+        return (pending.job.group, gpus_left(pending))
 
     def _admit(self, org: str, name: str, need: float, held: Mapping[str, float]) -> Status:
         """:meth:`admit`'s verdict for ``need`` GPUs of group ``name`` given what each group holds."""
