@@ -53,6 +53,9 @@ class Scheduler:
         self._static_of: dict[int, int] = {}
         self._lanes: dict[str, tuple[Job, str]] = {}
         self._admit_keys: dict[str, tuple[Job, Hashable | None]] = {}
+        self._verdict_keys: dict[str, tuple[Job, int]] = {}
+        self._verdict_ids: dict[tuple[Hashable, int], int] = {}
+        self._verdict_classes: list[tuple[Hashable, int]] = []
         self._flat: dict[int, Any] = {}
         self._book = ReleaseBook()
         self._commits = any(p.commits_head for p in profile.order)
@@ -108,13 +111,18 @@ class Scheduler:
         """
         pending = snapshot.pending
         limit = 2 * len(pending) + 1024
-        if len(self._shapes) > limit or len(self._lanes) > limit or len(self._admit_keys) > limit:
+        kept = (self._shapes, self._lanes, self._admit_keys, self._verdict_keys)
+        if any(len(cache) > limit for cache in kept):
             ids = {p.job.id for p in pending}
             self._shapes = {k: v for k, v in self._shapes.items() if k in ids}
             self._lanes = {k: v for k, v in self._lanes.items() if k in ids}
             self._admit_keys = {k: v for k, v in self._admit_keys.items() if k in ids}
-        if len(self._shape_ids) > _MEMO_LIMIT:  # shape numbers are interned: reset them all together
+            self._verdict_keys = {k: v for k, v in self._verdict_keys.items() if k in ids}
+        if len(self._shape_ids) > _MEMO_LIMIT or len(self._verdict_ids) > _MEMO_LIMIT:
+            # Shape numbers are interned: reset them all together, with the verdict classes,
+            # which hold shape numbers.
             self._shapes, self._shape_ids, self._static_of = {}, {}, {}
+            self._verdict_keys, self._verdict_ids, self._verdict_classes = {}, {}, []
         for memo in (self._feasible, self._static_masks):
             if len(memo) > _MEMO_LIMIT:
                 memo.clear()
@@ -139,6 +147,9 @@ class Scheduler:
             static_of=self._static_of,
             lane_cache=self._lanes,
             admit_keys=self._admit_keys,
+            verdict_keys=self._verdict_keys,
+            verdict_ids=self._verdict_ids,
+            verdict_classes=self._verdict_classes,
             flat_placements=self._flat,
             release_book=self._book,
         )

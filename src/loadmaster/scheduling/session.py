@@ -60,6 +60,13 @@ class Session:
     admit_keys: dict[str, tuple[Job, Hashable | None]] = field(default_factory=dict)
     """Each job's admission key (see allocate.admit), by job id, with the job object it was computed
     for (kept across cycles; only for jobs without bound tasks)."""
+    verdict_keys: dict[str, tuple[Job, int]] = field(default_factory=dict)
+    """Each job's verdict class for the non-strict walk (allocate._Classes; -1: none), by job id,
+    with the job object it was computed for (kept across cycles)."""
+    verdict_ids: dict[tuple[Hashable, int], int] = field(default_factory=dict)
+    """The number of each (admission key, shape) seen (kept across cycles)."""
+    verdict_classes: list[tuple[Hashable, int]] = field(default_factory=list)
+    """(admission key, shape) of each number."""
     admitted: dict[Hashable, Status] = field(default_factory=dict)
     """Admission verdicts by key since the last bind of the cycle (see allocate.admit)."""
     admission: bool = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,6 +30,10 @@ def run(session: Session) -> None:
 def walk(session: Session) -> None:
     """Place each job of the queue in order, blocking strict lanes at the first job that cannot start."""
     scoring = Scoring(tuple(session.profile.scores))
+    plain = session.strict or session.blocked or session.statuses or session.bound
+    if not plain and len(session.queue) >= _RUNS_MIN_QUEUE:
+        _walk_runs(session, scoring)
+        return
     # Locals, not attributes: this loop visits every waiting job of every cycle (tens of thousands
     # of visits per cycle in an overloaded queue), and most visits end in a memo lookup.
     statuses, bound, blocked, strict = session.statuses, session.bound, session.blocked, session.strict
@@ -52,6 +57,133 @@ def walk(session: Session) -> None:
             )
             if session.all_blocked():
                 return
+
+
+_RUNS_MIN_QUEUE = 1024
+"""Waiting jobs from which a non-strict walk sorts the queue into verdict classes first: below,
+most jobs are visited anyway (a few hundred distinct shapes) and the plain loop is as fast."""
+
+
+@dataclass(eq=False, slots=True)
+class _Classes:
+    """The queue's jobs by verdict class: (admission key, shape) for a job without bound tasks.
+
+    Between two binds of a cycle, every job of a class whose admission verdict is a refusal
+    gets that verdict, and every job of an admitted class whose shape already failed gets that
+    failure (the memo lookups of :func:`admit` and :func:`try_place`); a class is *resolved*
+    once its verdict is known so. Classes are numbered once for the scheduler's life
+    (``Session.verdict_ids``); a job with bound tasks, or without an admission key, is a class
+    of its own (a negative number) that is never resolved: it is always visited.
+    """
+
+    ids: list[str]
+    of: list[int]
+    """The class of each position of the queue."""
+    by_admit: dict[Hashable, list[int]]
+    """The classes of each admission key: one admission verdict resolves them all."""
+    by_shape: dict[int, list[int]]
+    """The classes of each shape: a failure of the shape resolves those admitted."""
+
+    @classmethod
+    def of_queue(cls, session: Session, items: list[PendingJob]) -> _Classes:
+        # List operations per job (a queue may hold tens of thousands); Python per class only.
+        ids = [p.job.id for p in items]
+        hits = list(map(session.verdict_keys.get, ids))
+        of = [
+            hit[1] if hit is not None and hit[0] is p.job and not p.bound else -1
+            for hit, p in zip(hits, items, strict=True)
+        ]
+        if -1 in of:
+            for position in [i for i, number in enumerate(of) if number < 0]:
+                number = _verdict_class(session, items[position])
+                of[position] = number if number >= 0 else -1 - position
+        by_admit: dict[Hashable, list[int]] = {}
+        by_shape: dict[int, list[int]] = {}
+        for number in set(of):
+            if number >= 0:
+                admit_key, shape = session.verdict_classes[number]
+                by_admit.setdefault(admit_key, []).append(number)
+                by_shape.setdefault(shape, []).append(number)
+        return cls(ids, of, by_admit, by_shape)
+
+    def known(self, session: Session, number: int) -> Status | None:
+        """The verdict every job of class ``number`` would get now, or None if it is not known."""
+        if number < 0:
+            return None
+        admit_key, shape = session.verdict_classes[number]
+        if session.admission:
+            verdict = session.admitted.get(admit_key)
+            if verdict is None or verdict.code is not Code.SUCCESS:
+                return verdict
+        return session.failed_shapes.get(("now", shape))
+
+    def related(self, session: Session, number: int, *, admitted: bool, failed: bool) -> list[int]:
+        """Class ``number`` and the classes whose verdict its visit may have made known: those of
+        its admission key if the visit ``admitted`` a new verdict, those of its shape if it
+        ``failed`` a new shape."""
+        found = [number]
+        if number >= 0:
+            admit_key, shape = session.verdict_classes[number]
+            if admitted:
+                found += self.by_admit[admit_key]
+            if failed:
+                found += self.by_shape[shape]
+        return found
+
+
+def _walk_runs(session: Session, scoring: Scoring) -> None:
+    """The non-strict walk, visiting only jobs whose verdict is not known; the others get theirs.
+
+    The same verdicts, in the same order, as visiting every job: between two visits nothing
+    changes the memos that decide a resolved class's verdict (they only gain entries; a bind
+    drops the admission verdicts, and then every class is unresolved again until its admission
+    key is asked). A job of a resolved class costs a list and a dict lookup, not a visit.
+    """
+    items = list(session.queue)
+    table = _Classes.of_queue(session, items)
+    # A dict for every class (absent: a class of its own, never resolved).
+    verdicts: dict[int, Status | None] = {n: table.known(session, n) for n in set(table.of) if n >= 0}
+    statuses, ids, admission = session.statuses, table.ids, session.admission
+    for position, number in enumerate(table.of):
+        verdict = verdicts.get(number)
+        if verdict is not None:
+            statuses[ids[position]] = verdict
+            continue
+        version, admitted, failed = session.state_version, len(session.admitted), len(session.failed_shapes)
+        _visit(session, items[position], scoring)
+        if session.state_version != version and admission:
+            # A bind dropped the admission verdicts; shape failures stay (capacity only shrinks).
+            verdicts = dict.fromkeys(verdicts)
+        gained = {"admitted": len(session.admitted) > admitted, "failed": len(session.failed_shapes) > failed}
+        for related in table.related(session, number, **gained):
+            if verdicts.get(related) is None and related >= 0:
+                verdicts[related] = table.known(session, related)
+
+
+def _verdict_class(session: Session, pending: PendingJob) -> int:
+    """The number of (admission key, shape) of a job without bound tasks (kept per job object), or -1."""
+    if pending.bound:
+        return -1
+    admit_key = _admit_key(session, pending) if session.admission else ()
+    number = -1
+    if admit_key is not None:
+        key = (admit_key, shape_of(session, pending.job))
+        number = session.verdict_ids.get(key, -1)
+        if number < 0:
+            number = session.verdict_ids[key] = len(session.verdict_classes)
+            session.verdict_classes.append(key)
+    session.verdict_keys[pending.job.id] = (pending.job, number)
+    return number
+
+
+def _visit(session: Session, pending: PendingJob, scoring: Scoring) -> None:
+    """One job of a non-strict walk: admission, then placement; its status if it waits."""
+    status = admit(session, pending)
+    if status.code is Code.SUCCESS:
+        status = try_place(session, pending, scoring, session.ctx.state)
+        if status.code is Code.SUCCESS:
+            return
+    session.statuses[pending.job.id] = status
 
 
 def admit(session: Session, pending: PendingJob) -> Status:
