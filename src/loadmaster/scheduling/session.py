@@ -69,6 +69,8 @@ class Session:
     """(admission key, shape) of each number."""
     admitted: dict[Hashable, Status] = field(default_factory=dict)
     """Admission verdicts by key since the last bind of the cycle (see allocate.admit)."""
+    walk_classes: Any = None
+    """The non-strict walk's verdict classes of the queue (allocate._Classes), for later actions."""
     admission: bool = False
     """Set by the ``admit`` action: ask the admit plugins before placing each job."""
     state_version: int = 0

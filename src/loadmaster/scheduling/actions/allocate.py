@@ -76,9 +76,13 @@ class _Classes:
     of its own (a negative number) that is never resolved: it is always visited.
     """
 
+    items: list[PendingJob]
+    """The queue, in its order."""
     ids: list[str]
     of: list[int]
     """The class of each position of the queue."""
+    numbers: list[int]
+    """The classes of the queue (not those of a single job)."""
     by_admit: dict[Hashable, list[int]]
     """The classes of each admission key: one admission verdict resolves them all."""
     by_shape: dict[int, list[int]]
@@ -99,12 +103,12 @@ class _Classes:
                 of[position] = number if number >= 0 else -1 - position
         by_admit: dict[Hashable, list[int]] = {}
         by_shape: dict[int, list[int]] = {}
-        for number in set(of):
-            if number >= 0:
-                admit_key, shape = session.verdict_classes[number]
-                by_admit.setdefault(admit_key, []).append(number)
-                by_shape.setdefault(shape, []).append(number)
-        return cls(ids, of, by_admit, by_shape)
+        numbers = [number for number in set(of) if number >= 0]
+        for number in numbers:
+            admit_key, shape = session.verdict_classes[number]
+            by_admit.setdefault(admit_key, []).append(number)
+            by_shape.setdefault(shape, []).append(number)
+        return cls(items, ids, of, numbers, by_admit, by_shape)
 
     def known(self, session: Session, number: int) -> Status | None:
         """The verdict every job of class ``number`` would get now, or None if it is not known."""
@@ -131,6 +135,20 @@ class _Classes:
         return found
 
 
+def known_refused(session: Session) -> tuple[list[PendingJob], list[bool]] | None:
+    """The queue of the cycle's walk, each job with True where admission already refused it
+    since the last bind (what :func:`admit` would return), found per class; None without a
+    class table (a short queue, or a strict walk)."""
+    table = session.walk_classes
+    if not isinstance(table, _Classes) or not session.admission:
+        return None
+    refused = {}
+    for number in table.numbers:
+        verdict = session.admitted.get(session.verdict_classes[number][0])
+        refused[number] = verdict is not None and verdict.code is not Code.SUCCESS
+    return table.items, [refused.get(number, False) for number in table.of]
+
+
 def _walk_runs(session: Session, scoring: Scoring) -> None:
     """The non-strict walk, visiting only jobs whose verdict is not known; the others get theirs.
 
@@ -141,8 +159,12 @@ def _walk_runs(session: Session, scoring: Scoring) -> None:
     """
     items = list(session.queue)
     table = _Classes.of_queue(session, items)
-    # A dict for every class (absent: a class of its own, never resolved).
-    verdicts: dict[int, Status | None] = {n: table.known(session, n) for n in set(table.of) if n >= 0}
+    # A dict for every class (absent: a class of its own, never resolved). A cycle's walk usually
+    # starts with both memos empty, and then no class is resolved yet.
+    verdicts: dict[int, Status | None] = dict.fromkeys(table.numbers)
+    if session.admitted or session.failed_shapes:
+        verdicts = {number: table.known(session, number) for number in table.numbers}
+    session.walk_classes = table
     statuses, ids, admission = session.statuses, table.ids, session.admission
     for position, number in enumerate(table.of):
         verdict = verdicts.get(number)

@@ -13,13 +13,15 @@ a victim is a whole job. A job with ``may_preempt`` False (Kubernetes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import operator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacement, TaskRequest
 from loadmaster.scheduling import fit
-from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, try_place
+from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, known_refused, try_place
 from loadmaster.scheduling.decisions import Preempt
 from loadmaster.scheduling.framework import BoolArray
 from loadmaster.scheduling.placement import Scoring, place_job
@@ -41,7 +43,7 @@ def run(session: Session) -> None:
     # One list object until an eviction changes it: victim plugins may remember what they
     # computed from it (quota sums each group's GPUs once, not once per waiting job).
     running = list(session.ctx.snapshot.running)
-    for pending in session.queue:
+    for pending in _not_refused(session):
         if tried >= MAX_PREEMPTORS:
             return
         if pending.job.id in session.bound or not pending.job.may_preempt or not admit(session, pending).ok:
@@ -55,6 +57,32 @@ def run(session: Session) -> None:
             _evict(session, pending, victims, evicted)
             running = [r for r in running if r.job.id not in evicted]
             try_place(session, pending, scoring, session.ctx.state, ("preempt", pending.job.id))
+
+
+def _not_refused(session: Session) -> Iterator[PendingJob]:
+    """The queue in order, less jobs whose admission key admission already refused since the
+    last bind: ``admit`` would refuse them again, so they cannot preempt (skipped per class of the
+    walk's table, most of a long queue in every cycle, rather than asked one by one)."""
+    known = known_refused(session)
+    if known is None:
+        yield from session.queue
+        return
+    items, refused = known
+    start = 0
+    while start < len(items):
+        version = session.state_version
+        selected = itertools.compress(range(start, len(items)), map(operator.not_, refused[start:]))
+        start = len(items)
+        for position in selected:
+            yield items[position]
+            if session.state_version != version:  # an eviction or a bind: ask again for the rest
+                start = position + 1
+                known = known_refused(session)
+                if known is None:
+                    yield from items[start:]
+                    return
+                refused = known[1]
+                break
 
 
 def _candidates(session: Session, pending: PendingJob, running: list[RunningJob]) -> list[RunningJob]:

@@ -171,6 +171,10 @@ class _HeldMemo:
             self._by_id = {k: v for k, v in self._by_id.items() if k in alive}
 
 
+_VERDICTS_KEPT = 65_536
+"""Admission verdicts kept across cycles before the memo is emptied (a long run must not grow)."""
+
+
 def _gpus(value: float) -> str:
     return f"{round(value, 3):g}"
 
@@ -186,6 +190,8 @@ class Quota(AdmitPlugin, VictimPlugin):
         self.settings: QuotaArgs = args or QuotaArgs()
         self.org_of = {group: org for org, quota in self.settings.orgs.items() for group in quota.groups}
         self._held = _HeldMemo()
+        self._verdicts: dict[tuple[str, float, tuple[float, ...]], Status] = {}
+        """:meth:`_admit` by (group, GPUs needed, what each group of its organisation holds)."""
 
     def admit(self, pending: PendingJob, ctx: CycleContext) -> Status:
         job = pending.job
@@ -198,7 +204,16 @@ class Quota(AdmitPlugin, VictimPlugin):
         ledger = self._ledger(ctx)
         found = ledger.admitted.get((job.group, need))
         if found is None:
-            found = ledger.admitted[job.group, need] = self._admit(org, job.group, need, ledger.held)
+            # The verdict reads only what the organisation's groups hold: kept across cycles by
+            # that, since most cycles start no job of the organisation and ask the same again.
+            held = tuple(ledger.held.get(group, 0.0) for group in self.settings.orgs[org].groups)
+            key = (job.group, need, held)
+            found = self._verdicts.get(key)
+            if found is None:
+                if len(self._verdicts) > _VERDICTS_KEPT:
+                    self._verdicts.clear()
+                found = self._verdicts[key] = self._admit(org, job.group, need, ledger.held)
+            ledger.admitted[job.group, need] = found
         return found
 
     def admit_key(self, pending: PendingJob) -> Hashable:
