@@ -171,6 +171,10 @@ class ScorePlugin(Plugin):
     Scores are read only where nodes fit, so a plugin need not mask them.
     """
 
+    pure: ClassVar[bool] = False
+    """True for a plugin whose score reads only ``ctx.state`` and the job (no random draws, no
+    ``ctx.data``): a placement that fails may then be remembered rather than tried again."""
+
     def score(self, job: Job, request: TaskRequest, ctx: CycleContext) -> FloatArray:
         raise NotImplementedError
 

@@ -69,6 +69,9 @@ class Session:
     """(admission key, shape) of each number."""
     admitted: dict[Hashable, Status] = field(default_factory=dict)
     """Admission verdicts by key since the last bind of the cycle (see allocate.admit)."""
+    place_failures: dict[Hashable, tuple[int, Status]] = field(default_factory=dict)
+    """Placements on the cycle's state that placed nothing, with the ``state_version`` they were
+    made at (see allocate._place_on_cycle_state)."""
     walk_classes: Any = None
     """The non-strict walk's verdict classes of the queue (allocate._Classes), for later actions."""
     admission: bool = False

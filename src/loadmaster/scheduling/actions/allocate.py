@@ -11,7 +11,7 @@ from loadmaster.model import MILLI_PER_GPU, Job, PendingJob, TaskPlacement
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.decisions import Bind
 from loadmaster.scheduling.framework import BoolArray
-from loadmaster.scheduling.placement import Scoring, place_job
+from loadmaster.scheduling.placement import CUDA_FILTERED, Scoring, place_job
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import SUCCESS, Code, Status, unschedulable, wait
@@ -286,7 +286,7 @@ def try_place(
         return allowed
     mark = state.mark()
     if state is session.ctx.state:  # the common case: no view to switch to (a context manager costs)
-        placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
+        placed, status = _place_on_cycle_state(session, pending, allowed, scoring)
     else:
         with session.ctx.viewing(state):
             placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
@@ -304,6 +304,56 @@ def try_place(
         state.rollback(mark)  # the shadow goes back as it was; the placement is taken on the real state
     commit(session, pending, placed, taken=on_cycle_state)
     return SUCCESS if len(pending.bound) + len(placed) >= pending.job.min_available else status
+
+
+def _place_on_cycle_state(
+    session: Session, pending: PendingJob, allowed: BoolArray, scoring: Scoring
+) -> tuple[list[TaskPlacement], Status]:
+    """:func:`place_job` on the cycle's state, or its failure remembered since the last bind.
+
+    A placement that places no task is a function of the state, the allowed nodes and what fit
+    reads of the job (the request's GPU share, CPU, memory and MIG profile, the tasks left and
+    bound, the CUDA note of the reason), and of the scores only through the random draws a score
+    plugin might make: so, with scores that only read the state, jobs that differ in nothing
+    else (a queue's requests that differ only in GPU memory, say, or partly bound gangs) fail
+    alike until the next bind, with the same reason, and the attempt is made once.
+    """
+    topology = session.profile.place_gang
+    key = _failure_key(session, pending, allowed, scoring)
+    if key is not None:
+        hit = session.place_failures.get(key)
+        if hit is not None and hit[0] == session.state_version:
+            return [], hit[1]
+    placed, status = place_job(pending, allowed, session.ctx, scoring, topology)
+    if key is not None and not placed and not status.ok:
+        session.place_failures[key] = (session.state_version, status)
+    return placed, status
+
+
+def _failure_key(
+    session: Session, pending: PendingJob, allowed: BoolArray, scoring: Scoring
+) -> Hashable | None:
+    """What a failed placement of ``pending`` depends on (see above), or None where that is not
+    all (a topology plugin, or scores that may draw from the random stream, on a gang)."""
+    job = pending.job
+    left = job.tasks - len(pending.bound)
+    if left != 1 or session.profile.place_gang is not None:
+        # The general placement scores nodes before it finds that none can take a task.
+        if session.profile.place_gang is not None or not all(p.pure for p, _ in scoring.plugins):
+            return None
+    request = job.request
+    return (
+        id(allowed),  # kept alive by Session.allowed for the cycle
+        request.gpu_milli,
+        request.cpu_milli,
+        request.memory_mib,
+        request.mig_profile,
+        job.tasks,
+        len(pending.bound),
+        job.cuda,
+        job.cuda_compat,
+        CUDA_FILTERED in session.ctx.data,
+    )
 
 
 def commit(
