@@ -72,6 +72,8 @@ class Session:
     place_failures: dict[Hashable, tuple[int, Status]] = field(default_factory=dict)
     """Placements on the cycle's state that placed nothing, with the ``state_version`` they were
     made at (see allocate._place_on_cycle_state)."""
+    as_for_smaller: dict[int, tuple[Status, Status]] = field(default_factory=dict)
+    """Each failure (by id, with the object) as the reason of a larger request (allocate._dominated)."""
     walk_classes: Any = None
     """The non-strict walk's verdict classes of the queue (allocate._Classes), for later actions."""
     admission: bool = False

@@ -336,11 +336,11 @@ def _failure_key(
     """What a failed placement of ``pending`` depends on (see above), or None where that is not
     all (a topology plugin, or scores that may draw from the random stream, on a gang)."""
     job = pending.job
-    left = job.tasks - len(pending.bound)
-    if left != 1 or session.profile.place_gang is not None:
-        # The general placement scores nodes before it finds that none can take a task.
-        if session.profile.place_gang is not None or not all(p.pure for p, _ in scoring.plugins):
-            return None
+    if session.profile.place_gang is not None:
+        return None
+    # With more than one task left, placement scores nodes before it finds that none can take one.
+    if job.tasks - len(pending.bound) != 1 and not all(p.pure for p, _ in scoring.plugins):
+        return None
     request = job.request
     return (
         id(allowed),  # kept alive by Session.allowed for the cycle
@@ -410,18 +410,35 @@ def _dominated(session: Session, job: Job, shape: int, view: Hashable) -> Status
     that needs at least as much of everything as a job that could not be placed on this view
     cannot be placed either; the walk then skips the placement attempt.
     """
-    if not session.failed_requests:
-        return None
-    gpu, cpu, memory, gpu_memory = _request_size(job)
-    now_key, view_key = _request_group(session, job, shape, "now"), _request_group(session, job, shape, view)
+    if not session.failed_requests or (job.tasks > 1 and session.profile.place_gang is not None):
+        return None  # nothing failed yet, or no group (see _request_group)
+    request = job.request
+    gpu, cpu, memory, gpu_memory = (
+        request.gpu_milli,
+        request.cpu_milli,
+        request.memory_mib,
+        request.gpu_memory_mib,
+    )
+    group = (session.static_of[shape], job.tasks, job.min_available)
+    now_key = ("now", *group)
     # A tuple, not a set: a set's order follows string hashes, which change per process
     # (PYTHONHASHSEED), and the first match names the reason in the job table.
-    for key in (now_key,) if view_key == now_key else (now_key, view_key):
+    for key in (now_key,) if view == "now" else (now_key, (view, *group)):
         for smaller, status in session.failed_requests.get(key, ()):
             # Spelled out rather than all(zip(...)): this runs for every waiting job of every cycle.
             if gpu >= smaller[0] and cpu >= smaller[1] and memory >= smaller[2] and gpu_memory >= smaller[3]:
-                return Status(status.code, f"as for a smaller request, {status.reason}", status.plugin)
+                return _as_for_smaller(session, status)
     return None
+
+
+def _as_for_smaller(session: Session, status: Status) -> Status:
+    """``status`` as the reason of a larger request (one object per failure and cycle)."""
+    found = session.as_for_smaller.get(id(status))
+    if found is not None and found[0] is status:  # the original is kept, so its id is not reused
+        return found[1]
+    derived = Status(status.code, f"as for a smaller request, {status.reason}", status.plugin)
+    session.as_for_smaller[id(status)] = (status, derived)
+    return derived
 
 
 def _remember_failure(session: Session, job: Job, shape: int, view: Hashable, failure: Status) -> None:
