@@ -74,6 +74,9 @@ class Session:
     made at (see allocate._place_on_cycle_state)."""
     as_for_smaller: dict[int, tuple[Status, Status]] = field(default_factory=dict)
     """Each failure (by id, with the object) as the reason of a larger request (allocate._dominated)."""
+    fits_now: dict[Hashable, tuple[int, bool]] = field(default_factory=dict)
+    """Whether a request fits the cycle's state with no eviction, with the ``state_version``
+    it was found at (preempt._fits_now)."""
     walk_classes: Any = None
     """The non-strict walk's verdict classes of the queue (allocate._Classes), for later actions."""
     admission: bool = False

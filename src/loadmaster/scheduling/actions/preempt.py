@@ -49,7 +49,7 @@ def run(session: Session) -> None:
         if pending.job.id in session.bound or not pending.job.may_preempt or not admit(session, pending).ok:
             continue
         candidates = _candidates(session, pending, running)
-        if not candidates or _fits_without(session, pending, [], scoring):
+        if not candidates or _fits_now(session, pending, scoring):
             continue  # nobody to evict, or room enough already: it waits on something eviction cannot fix
         tried += 1
         victims = _fewest(session, pending, candidates, scoring)
@@ -91,6 +91,34 @@ def _candidates(session: Session, pending: PendingJob, running: list[RunningJob]
         for victim in plugin.select_victims(pending, running, session.ctx):
             seen.setdefault(victim.job.id, victim)
     return list(seen.values())
+
+
+def _fits_now(session: Session, pending: PendingJob, scoring: Scoring) -> bool:
+    """``_fits_without`` no victims, remembered until the state changes, where the answer depends
+    only on the state, the allowed nodes and the request (no topology plugin; scores that only
+    read the state, so no random draw is skipped)."""
+    if session.profile.place_gang is not None or not all(p.pure for p, _ in scoring.plugins):
+        return _fits_without(session, pending, [], scoring)
+    allowed = allowed_nodes(session, pending.job)
+    if isinstance(allowed, Status):
+        return False
+    job, request = pending.job, pending.job.request
+    key = (
+        id(allowed),  # kept alive by Session.allowed for the cycle
+        request.gpu_milli,
+        request.cpu_milli,
+        request.memory_mib,
+        request.mig_profile,
+        job.tasks,
+        job.min_available,
+        len(pending.bound),
+    )
+    hit = session.fits_now.get(key)
+    if hit is not None and hit[0] == session.state_version:
+        return hit[1]
+    fits = _fits_without(session, pending, [], scoring)
+    session.fits_now[key] = (session.state_version, fits)
+    return fits
 
 
 def _fits_without(

@@ -118,9 +118,14 @@ class _Ledger:
     """Verdicts of :meth:`Quota.admit` by (group, GPUs needed) while ``held`` stays the same: a
     queue of thousands asks the same few questions every cycle."""
 
+    victims: dict[tuple[str, float], list[RunningJob]] = field(default_factory=dict)
+    """:meth:`Quota.select_victims` by (group, GPUs needed) for the running list of
+    ``reclaim_memo`` while no bind changes ``bound_in_cycle``."""
+
     def add(self, group: str, gpus: float) -> None:
         self.held[group] = self.of(group) + gpus
         self.admitted.clear()
+        self.victims.clear()
         self.bound_in_cycle[group] = self.bound_in_cycle.get(group, 0.0) + gpus
 
 
@@ -347,6 +352,22 @@ class Quota(AdmitPlugin, VictimPlugin):
             old_enough = [r for r in running if ctx.now - r.start_s >= self.settings.min_runtime_s]
             old_enough.sort(key=_victim_order)
             memo = ledger.reclaim_memo = (running, self._held_by_group(running, ledger), old_enough)
+            ledger.victims.clear()
+        # The answer reads the job's group and GPUs, the running list and the cycle's binds only.
+        key = (pending.job.group, gpus_left(pending))
+        found = ledger.victims.get(key)
+        if found is None:
+            found = ledger.victims[key] = self._reclaimable(pending, quota, ledger, memo)
+        return found
+
+    def _reclaimable(
+        self,
+        pending: PendingJob,
+        quota: OrgQuota,
+        ledger: _Ledger,
+        memo: tuple[object, dict[str, float], list[RunningJob]],
+    ) -> list[RunningJob]:
+        """:meth:`select_victims` for ``pending`` from the counts and victim order in ``memo``."""
         held = dict(memo[1])
         for group, gpus in ledger.bound_in_cycle.items():
             held[group] = held.get(group, 0.0) + gpus
