@@ -90,6 +90,16 @@ class OrderPlugin(Plugin):
         where one key per call costs too much on a queue of thousands; the keys must be equal."""
         return [self.order_key(job, ctx) for job in jobs]
 
+    def order_prefixes(self, jobs: Sequence[Job], ctx: CycleContext) -> list[tuple[float | str, ...]] | None:
+        """``order_key`` of each job less its last two parts, for a plugin whose every key ends with
+        the job's ``(submit_s, id)``; None otherwise (the default).
+
+        Such keys order a queue that is already in submission order by the prefix alone, with ties
+        left in place (a stable sort): the framework then sorts short keys, and a plugin may give
+        equal prefixes as one shared tuple (per owner, say) rather than a new tuple per job.
+        """
+        return None
+
     def lane(self, job: Job) -> str | None:
         """The queue a job competes in for blocking, when this plugin splits queues (else None)."""
         return None
@@ -115,6 +125,17 @@ class AdmitPlugin(Plugin):
 
     def on_bind(self, job: Job, gpus: float, ctx: CycleContext) -> None:
         """``gpus`` of ``job`` were just bound in this cycle."""
+
+    def admit_key(self, pending: PendingJob) -> Hashable | None:
+        """What the verdict depends on besides the binds of the cycle, or None (ask every time).
+
+        Jobs with equal keys get equal verdicts from :meth:`admit` between two
+        binds of a cycle (and a plugin's verdicts may not depend on evictions),
+        so the framework asks once per key and bind: a queue of thousands
+        asks a few questions. The key must be a function of the pending job
+        alone (the framework keeps it across cycles for a job without bound tasks).
+        """
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +170,10 @@ class ScorePlugin(Plugin):
 
     Scores are read only where nodes fit, so a plugin need not mask them.
     """
+
+    pure: ClassVar[bool] = False
+    """True for a plugin whose score reads only ``ctx.state`` and the job (no random draws, no
+    ``ctx.data``): a placement that fails may then be remembered rather than tried again."""
 
     def score(self, job: Job, request: TaskRequest, ctx: CycleContext) -> FloatArray:
         raise NotImplementedError

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import itertools
+import operator
 from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
@@ -50,6 +52,10 @@ class Scheduler:
         self._shape_ids: dict[Hashable, int] = {}
         self._static_of: dict[int, int] = {}
         self._lanes: dict[str, tuple[Job, str]] = {}
+        self._admit_keys: dict[str, tuple[Job, Hashable | None]] = {}
+        self._verdict_keys: dict[str, tuple[Job, int]] = {}
+        self._verdict_ids: dict[tuple[Hashable, int], int] = {}
+        self._verdict_classes: list[tuple[Hashable, int]] = []
         self._flat: dict[int, Any] = {}
         self._book = ReleaseBook()
         self._commits = any(p.commits_head for p in profile.order)
@@ -105,12 +111,18 @@ class Scheduler:
         """
         pending = snapshot.pending
         limit = 2 * len(pending) + 1024
-        if len(self._shapes) > limit or len(self._lanes) > limit:
+        kept = (self._shapes, self._lanes, self._admit_keys, self._verdict_keys)
+        if any(len(cache) > limit for cache in kept):
             ids = {p.job.id for p in pending}
             self._shapes = {k: v for k, v in self._shapes.items() if k in ids}
             self._lanes = {k: v for k, v in self._lanes.items() if k in ids}
-        if len(self._shape_ids) > _MEMO_LIMIT:  # shape numbers are interned: reset them all together
+            self._admit_keys = {k: v for k, v in self._admit_keys.items() if k in ids}
+            self._verdict_keys = {k: v for k, v in self._verdict_keys.items() if k in ids}
+        if len(self._shape_ids) > _MEMO_LIMIT or len(self._verdict_ids) > _MEMO_LIMIT:
+            # Shape numbers are interned: reset them all together, with the verdict classes,
+            # which hold shape numbers.
             self._shapes, self._shape_ids, self._static_of = {}, {}, {}
+            self._verdict_keys, self._verdict_ids, self._verdict_classes = {}, {}, []
         for memo in (self._feasible, self._static_masks):
             if len(memo) > _MEMO_LIMIT:
                 memo.clear()
@@ -134,6 +146,10 @@ class Scheduler:
             shape_ids=self._shape_ids,
             static_of=self._static_of,
             lane_cache=self._lanes,
+            admit_keys=self._admit_keys,
+            verdict_keys=self._verdict_keys,
+            verdict_ids=self._verdict_ids,
+            verdict_classes=self._verdict_classes,
             flat_placements=self._flat,
             release_book=self._book,
         )
@@ -145,6 +161,13 @@ class Scheduler:
 
         items = list(pending)
         jobs = [p.job for p in items]
+        prefixes = plugins[0].order_prefixes(jobs, ctx)
+        if prefixes is not None and _in_submission_order(jobs):
+            # The first plugin's key ends with (submit_s, id), which no two jobs share: the keys of
+            # the plugins after it, and the framework's own tie-break, never decide. A stable sort
+            # by the prefix keeps equal prefixes in the queue's order, which is submission order.
+            order = sorted(range(len(items)), key=prefixes.__getitem__)
+            return [items[i] for i in order]
         per_plugin = [plugin.order_keys(jobs, ctx) for plugin in plugins]
         keys: list[tuple[object, ...]]
         if len(per_plugin) == 1:  # the usual case: one unpacking per job, no generator
@@ -206,6 +229,12 @@ class Scheduler:
             f"empty cluster ({reason})",
             "fit",
         )
+
+
+def _in_submission_order(jobs: list[Job]) -> bool:
+    """Whether ``jobs`` are sorted by (submit time, id), as drivers keep their pending jobs."""
+    keys = [(job.submit_s, job.id) for job in jobs]
+    return all(map(operator.lt, keys, itertools.islice(keys, 1, None)))
 
 
 def _first_waiting(session: Session) -> dict[str, str]:

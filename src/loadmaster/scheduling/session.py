@@ -57,6 +57,28 @@ class Session:
     """Running jobs' releases kept across cycles (reservation.ReleaseBook), or None."""
     allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)
     """Allowed nodes per job shape, for this cycle (filters do not read free resources)."""
+    admit_keys: dict[str, tuple[Job, Hashable | None]] = field(default_factory=dict)
+    """Each job's admission key (see allocate.admit), by job id, with the job object it was computed
+    for (kept across cycles; only for jobs without bound tasks)."""
+    verdict_keys: dict[str, tuple[Job, int]] = field(default_factory=dict)
+    """Each job's verdict class for the non-strict walk (allocate._Classes; -1: none), by job id,
+    with the job object it was computed for (kept across cycles)."""
+    verdict_ids: dict[tuple[Hashable, int], int] = field(default_factory=dict)
+    """The number of each (admission key, shape) seen (kept across cycles)."""
+    verdict_classes: list[tuple[Hashable, int]] = field(default_factory=list)
+    """(admission key, shape) of each number."""
+    admitted: dict[Hashable, Status] = field(default_factory=dict)
+    """Admission verdicts by key since the last bind of the cycle (see allocate.admit)."""
+    place_failures: dict[Hashable, tuple[int, Status]] = field(default_factory=dict)
+    """Placements on the cycle's state that placed nothing, with the ``state_version`` they were
+    made at (see allocate._place_on_cycle_state)."""
+    as_for_smaller: dict[int, tuple[Status, Status]] = field(default_factory=dict)
+    """Each failure (by id, with the object) as the reason of a larger request (allocate._dominated)."""
+    fits_now: dict[Hashable, tuple[int, bool]] = field(default_factory=dict)
+    """Whether a request fits the cycle's state with no eviction, with the ``state_version``
+    it was found at (preempt._fits_now)."""
+    walk_classes: Any = None
+    """The non-strict walk's verdict classes of the queue (allocate._Classes), for later actions."""
     admission: bool = False
     """Set by the ``admit`` action: ask the admit plugins before placing each job."""
     state_version: int = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,10 +11,10 @@ from loadmaster.model import MILLI_PER_GPU, Job, PendingJob, TaskPlacement
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.decisions import Bind
 from loadmaster.scheduling.framework import BoolArray
-from loadmaster.scheduling.placement import Scoring, place_job
+from loadmaster.scheduling.placement import CUDA_FILTERED, Scoring, place_job
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
-from loadmaster.scheduling.status import SUCCESS, Status, unschedulable, wait
+from loadmaster.scheduling.status import SUCCESS, Code, Status, unschedulable, wait
 
 
 def run(session: Session) -> None:
@@ -29,34 +30,227 @@ def run(session: Session) -> None:
 def walk(session: Session) -> None:
     """Place each job of the queue in order, blocking strict lanes at the first job that cannot start."""
     scoring = Scoring(tuple(session.profile.scores))
+    plain = session.strict or session.blocked or session.statuses or session.bound
+    if not plain and len(session.queue) >= _RUNS_MIN_QUEUE:
+        _walk_runs(session, scoring)
+        return
+    # Locals, not attributes: this loop visits every waiting job of every cycle (tens of thousands
+    # of visits per cycle in an overloaded queue), and most visits end in a memo lookup.
+    statuses, bound, blocked, strict = session.statuses, session.bound, session.blocked, session.strict
+    admission = session.admission
     for pending in session.queue:
         job = pending.job
-        lane = session.lane(job)
-        if lane in session.blocked or job.id in session.statuses or job.id in session.bound:
+        job_id = job.id
+        # Only a strict lane is ever blocked, so the lane is asked for only once one is.
+        if job_id in statuses or job_id in bound or (blocked and session.lane(job) in blocked):
             continue
-        status = admit(session, pending)
-        if status.ok:
+        status = admit(session, pending) if admission else SUCCESS
+        if status.code is Code.SUCCESS:
             status = try_place(session, pending, scoring, session.ctx.state)
-        if status.ok:
-            continue
-        session.statuses[job.id] = status
-        if session.strict:
-            session.blocked[lane] = wait(
-                f"queued behind {job.id} in {lane} (strict FIFO); it waits on: {status.reason}", "fifo"
+            if status.code is Code.SUCCESS:
+                continue
+        statuses[job_id] = status
+        if strict:
+            lane = session.lane(job)
+            blocked[lane] = wait(
+                f"queued behind {job_id} in {lane} (strict FIFO); it waits on: {status.reason}", "fifo"
             )
             if session.all_blocked():
                 return
 
 
+_RUNS_MIN_QUEUE = 1024
+"""Waiting jobs from which a non-strict walk sorts the queue into verdict classes first: below,
+most jobs are visited anyway (a few hundred distinct shapes) and the plain loop is as fast."""
+
+
+@dataclass(eq=False, slots=True)
+class _Classes:
+    """The queue's jobs by verdict class: (admission key, shape) for a job without bound tasks.
+
+    Between two binds of a cycle, every job of a class whose admission verdict is a refusal
+    gets that verdict, and every job of an admitted class whose shape already failed gets that
+    failure (the memo lookups of :func:`admit` and :func:`try_place`); a class is *resolved*
+    once its verdict is known so. Classes are numbered once for the scheduler's life
+    (``Session.verdict_ids``); a job with bound tasks, or without an admission key, is a class
+    of its own (a negative number) that is never resolved: it is always visited.
+    """
+
+    items: list[PendingJob]
+    """The queue, in its order."""
+    ids: list[str]
+    of: list[int]
+    """The class of each position of the queue."""
+    numbers: list[int]
+    """The classes of the queue (not those of a single job)."""
+    by_admit: dict[Hashable, list[int]]
+    """The classes of each admission key: one admission verdict resolves them all."""
+    by_shape: dict[int, list[int]]
+    """The classes of each shape: a failure of the shape resolves those admitted."""
+
+    @classmethod
+    def of_queue(cls, session: Session, items: list[PendingJob]) -> _Classes:
+        # List operations per job (a queue may hold tens of thousands); Python per class only.
+        ids = [p.job.id for p in items]
+        hits = list(map(session.verdict_keys.get, ids))
+        of = [
+            hit[1] if hit is not None and hit[0] is p.job and not p.bound else -1
+            for hit, p in zip(hits, items, strict=True)
+        ]
+        if -1 in of:
+            for position in [i for i, number in enumerate(of) if number < 0]:
+                number = _verdict_class(session, items[position])
+                of[position] = number if number >= 0 else -1 - position
+        by_admit: dict[Hashable, list[int]] = {}
+        by_shape: dict[int, list[int]] = {}
+        numbers = [number for number in set(of) if number >= 0]
+        for number in numbers:
+            admit_key, shape = session.verdict_classes[number]
+            by_admit.setdefault(admit_key, []).append(number)
+            by_shape.setdefault(shape, []).append(number)
+        return cls(items, ids, of, numbers, by_admit, by_shape)
+
+    def known(self, session: Session, number: int) -> Status | None:
+        """The verdict every job of class ``number`` would get now, or None if it is not known."""
+        if number < 0:
+            return None
+        admit_key, shape = session.verdict_classes[number]
+        if session.admission:
+            verdict = session.admitted.get(admit_key)
+            if verdict is None or verdict.code is not Code.SUCCESS:
+                return verdict
+        return session.failed_shapes.get(("now", shape))
+
+    def related(self, session: Session, number: int, *, admitted: bool, failed: bool) -> list[int]:
+        """Class ``number`` and the classes whose verdict its visit may have made known: those of
+        its admission key if the visit ``admitted`` a new verdict, those of its shape if it
+        ``failed`` a new shape."""
+        found = [number]
+        if number >= 0:
+            admit_key, shape = session.verdict_classes[number]
+            if admitted:
+                found += self.by_admit[admit_key]
+            if failed:
+                found += self.by_shape[shape]
+        return found
+
+
+def known_refused(session: Session) -> tuple[list[PendingJob], list[bool]] | None:
+    """The queue of the cycle's walk, each job with True where admission already refused it
+    since the last bind (what :func:`admit` would return), found per class; None without a
+    class table (a short queue, or a strict walk)."""
+    table = session.walk_classes
+    if not isinstance(table, _Classes) or not session.admission:
+        return None
+    refused = {}
+    for number in table.numbers:
+        verdict = session.admitted.get(session.verdict_classes[number][0])
+        refused[number] = verdict is not None and verdict.code is not Code.SUCCESS
+    return table.items, [refused.get(number, False) for number in table.of]
+
+
+def _walk_runs(session: Session, scoring: Scoring) -> None:
+    """The non-strict walk, visiting only jobs whose verdict is not known; the others get theirs.
+
+    The same verdicts, in the same order, as visiting every job: between two visits nothing
+    changes the memos that decide a resolved class's verdict (they only gain entries; a bind
+    drops the admission verdicts, and then every class is unresolved again until its admission
+    key is asked). A job of a resolved class costs a list and a dict lookup, not a visit.
+    """
+    items = list(session.queue)
+    table = _Classes.of_queue(session, items)
+    # A dict for every class (absent: a class of its own, never resolved). A cycle's walk usually
+    # starts with both memos empty, and then no class is resolved yet.
+    verdicts: dict[int, Status | None] = dict.fromkeys(table.numbers)
+    if session.admitted or session.failed_shapes:
+        verdicts = {number: table.known(session, number) for number in table.numbers}
+    session.walk_classes = table
+    statuses, ids, admission = session.statuses, table.ids, session.admission
+    for position, number in enumerate(table.of):
+        verdict = verdicts.get(number)
+        if verdict is not None:
+            statuses[ids[position]] = verdict
+            continue
+        version, admitted, failed = session.state_version, len(session.admitted), len(session.failed_shapes)
+        _visit(session, items[position], scoring)
+        if session.state_version != version and admission:
+            # A bind dropped the admission verdicts; shape failures stay (capacity only shrinks).
+            verdicts = dict.fromkeys(verdicts)
+        gained = {"admitted": len(session.admitted) > admitted, "failed": len(session.failed_shapes) > failed}
+        for related in table.related(session, number, **gained):
+            if verdicts.get(related) is None and related >= 0:
+                verdicts[related] = table.known(session, related)
+
+
+def _verdict_class(session: Session, pending: PendingJob) -> int:
+    """The number of (admission key, shape) of a job without bound tasks (kept per job object), or -1."""
+    if pending.bound:
+        return -1
+    admit_key = _admit_key(session, pending) if session.admission else ()
+    number = -1
+    if admit_key is not None:
+        key = (admit_key, shape_of(session, pending.job))
+        number = session.verdict_ids.get(key, -1)
+        if number < 0:
+            number = session.verdict_ids[key] = len(session.verdict_classes)
+            session.verdict_classes.append(key)
+    session.verdict_keys[pending.job.id] = (pending.job, number)
+    return number
+
+
+def _visit(session: Session, pending: PendingJob, scoring: Scoring) -> None:
+    """One job of a non-strict walk: admission, then placement; its status if it waits."""
+    status = admit(session, pending)
+    if status.code is Code.SUCCESS:
+        status = try_place(session, pending, scoring, session.ctx.state)
+        if status.code is Code.SUCCESS:
+            return
+    session.statuses[pending.job.id] = status
+
+
 def admit(session: Session, pending: PendingJob) -> Status:
-    """The first refusal of an admit plugin, or SUCCESS (also when admission is off)."""
+    """The first refusal of an admit plugin, or SUCCESS (also when admission is off).
+
+    Asked once per admission key (``AdmitPlugin.admit_key``) between two binds
+    of the cycle: jobs with equal keys get equal verdicts until a bind, so the
+    verdict kept is the one the plugins would give again.
+    """
     if not session.admission:
         return SUCCESS
+    key = _admit_key(session, pending)
+    if key is not None:
+        found = session.admitted.get(key)
+        if found is not None:
+            return found
+    status = SUCCESS
     for plugin in session.profile.admit:
         status = plugin.admit(pending, session.ctx)
         if not status.ok:
-            return status
-    return SUCCESS
+            break
+    if key is not None:
+        session.admitted[key] = status
+    return status
+
+
+def _admit_key(session: Session, pending: PendingJob) -> Hashable | None:
+    """The admit plugins' keys for ``pending`` together (None if one has none); kept per job object."""
+    job = pending.job
+    if not pending.bound:
+        cached = session.admit_keys.get(job.id)
+        if cached is not None and cached[0] is job:
+            return cached[1]
+    parts = []
+    for plugin in session.profile.admit:
+        part = plugin.admit_key(pending)
+        if part is None:
+            key = None
+            break
+        parts.append(part)
+    else:
+        key = tuple(parts)
+    if not pending.bound:
+        session.admit_keys[job.id] = (job, key)
+    return key
 
 
 def try_place(
@@ -92,7 +286,7 @@ def try_place(
         return allowed
     mark = state.mark()
     if state is session.ctx.state:  # the common case: no view to switch to (a context manager costs)
-        placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
+        placed, status = _place_on_cycle_state(session, pending, allowed, scoring)
     else:
         with session.ctx.viewing(state):
             placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
@@ -112,6 +306,56 @@ def try_place(
     return SUCCESS if len(pending.bound) + len(placed) >= pending.job.min_available else status
 
 
+def _place_on_cycle_state(
+    session: Session, pending: PendingJob, allowed: BoolArray, scoring: Scoring
+) -> tuple[list[TaskPlacement], Status]:
+    """:func:`place_job` on the cycle's state, or its failure remembered since the last bind.
+
+    A placement that places no task is a function of the state, the allowed nodes and what fit
+    reads of the job (the request's GPU share, CPU, memory and MIG profile, the tasks left and
+    bound, the CUDA note of the reason), and of the scores only through the random draws a score
+    plugin might make: so, with scores that only read the state, jobs that differ in nothing
+    else (a queue's requests that differ only in GPU memory, say, or partly bound gangs) fail
+    alike until the next bind, with the same reason, and the attempt is made once.
+    """
+    topology = session.profile.place_gang
+    key = _failure_key(session, pending, allowed, scoring)
+    if key is not None:
+        hit = session.place_failures.get(key)
+        if hit is not None and hit[0] == session.state_version:
+            return [], hit[1]
+    placed, status = place_job(pending, allowed, session.ctx, scoring, topology)
+    if key is not None and not placed and not status.ok:
+        session.place_failures[key] = (session.state_version, status)
+    return placed, status
+
+
+def _failure_key(
+    session: Session, pending: PendingJob, allowed: BoolArray, scoring: Scoring
+) -> Hashable | None:
+    """What a failed placement of ``pending`` depends on (see above), or None where that is not
+    all (a topology plugin, or scores that may draw from the random stream, on a gang)."""
+    job = pending.job
+    if session.profile.place_gang is not None:
+        return None
+    # With more than one task left, placement scores nodes before it finds that none can take one.
+    if job.tasks - len(pending.bound) != 1 and not all(p.pure for p, _ in scoring.plugins):
+        return None
+    request = job.request
+    return (
+        id(allowed),  # kept alive by Session.allowed for the cycle
+        request.gpu_milli,
+        request.cpu_milli,
+        request.memory_mib,
+        request.mig_profile,
+        job.tasks,
+        len(pending.bound),
+        job.cuda,
+        job.cuda_compat,
+        CUDA_FILTERED in session.ctx.data,
+    )
+
+
 def commit(
     session: Session, pending: PendingJob, placed: list[TaskPlacement], *, taken: bool = False
 ) -> None:
@@ -123,6 +367,7 @@ def commit(
     session.decisions.append(Bind(pending.job.id, tuple(placed), starts))
     session.bound.add(pending.job.id)
     session.state_version += 1
+    session.admitted.clear()  # admission verdicts may change with each bind
     for listener in session.bind_listeners:
         listener(placed)
     if session.profile.admit:
@@ -165,18 +410,35 @@ def _dominated(session: Session, job: Job, shape: int, view: Hashable) -> Status
     that needs at least as much of everything as a job that could not be placed on this view
     cannot be placed either; the walk then skips the placement attempt.
     """
-    if not session.failed_requests:
-        return None
-    gpu, cpu, memory, gpu_memory = _request_size(job)
-    now_key, view_key = _request_group(session, job, shape, "now"), _request_group(session, job, shape, view)
+    if not session.failed_requests or (job.tasks > 1 and session.profile.place_gang is not None):
+        return None  # nothing failed yet, or no group (see _request_group)
+    request = job.request
+    gpu, cpu, memory, gpu_memory = (
+        request.gpu_milli,
+        request.cpu_milli,
+        request.memory_mib,
+        request.gpu_memory_mib,
+    )
+    group = (session.static_of[shape], job.tasks, job.min_available)
+    now_key = ("now", *group)
     # A tuple, not a set: a set's order follows string hashes, which change per process
     # (PYTHONHASHSEED), and the first match names the reason in the job table.
-    for key in (now_key,) if view_key == now_key else (now_key, view_key):
+    for key in (now_key,) if view == "now" else (now_key, (view, *group)):
         for smaller, status in session.failed_requests.get(key, ()):
             # Spelled out rather than all(zip(...)): this runs for every waiting job of every cycle.
             if gpu >= smaller[0] and cpu >= smaller[1] and memory >= smaller[2] and gpu_memory >= smaller[3]:
-                return Status(status.code, f"as for a smaller request, {status.reason}", status.plugin)
+                return _as_for_smaller(session, status)
     return None
+
+
+def _as_for_smaller(session: Session, status: Status) -> Status:
+    """``status`` as the reason of a larger request (one object per failure and cycle)."""
+    found = session.as_for_smaller.get(id(status))
+    if found is not None and found[0] is status:  # the original is kept, so its id is not reused
+        return found[1]
+    derived = Status(status.code, f"as for a smaller request, {status.reason}", status.plugin)
+    session.as_for_smaller[id(status)] = (status, derived)
+    return derived
 
 
 def _remember_failure(session: Session, job: Job, shape: int, view: Hashable, failure: Status) -> None:

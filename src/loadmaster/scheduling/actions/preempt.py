@@ -13,13 +13,15 @@ a victim is a whole job. A job with ``may_preempt`` False (Kubernetes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import operator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacement, TaskRequest
 from loadmaster.scheduling import fit
-from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, try_place
+from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, known_refused, try_place
 from loadmaster.scheduling.decisions import Preempt
 from loadmaster.scheduling.framework import BoolArray
 from loadmaster.scheduling.placement import Scoring, place_job
@@ -41,13 +43,13 @@ def run(session: Session) -> None:
     # One list object until an eviction changes it: victim plugins may remember what they
     # computed from it (quota sums each group's GPUs once, not once per waiting job).
     running = list(session.ctx.snapshot.running)
-    for pending in session.queue:
+    for pending in _not_refused(session):
         if tried >= MAX_PREEMPTORS:
             return
         if pending.job.id in session.bound or not pending.job.may_preempt or not admit(session, pending).ok:
             continue
         candidates = _candidates(session, pending, running)
-        if not candidates or _fits_without(session, pending, [], scoring):
+        if not candidates or _fits_now(session, pending, scoring):
             continue  # nobody to evict, or room enough already: it waits on something eviction cannot fix
         tried += 1
         victims = _fewest(session, pending, candidates, scoring)
@@ -57,12 +59,66 @@ def run(session: Session) -> None:
             try_place(session, pending, scoring, session.ctx.state, ("preempt", pending.job.id))
 
 
+def _not_refused(session: Session) -> Iterator[PendingJob]:
+    """The queue in order, less jobs whose admission key admission already refused since the
+    last bind: ``admit`` would refuse them again, so they cannot preempt (skipped per class of the
+    walk's table, most of a long queue in every cycle, rather than asked one by one)."""
+    known = known_refused(session)
+    if known is None:
+        yield from session.queue
+        return
+    items, refused = known
+    start = 0
+    while start < len(items):
+        version = session.state_version
+        selected = itertools.compress(range(start, len(items)), map(operator.not_, refused[start:]))
+        start = len(items)
+        for position in selected:
+            yield items[position]
+            if session.state_version != version:  # an eviction or a bind: ask again for the rest
+                start = position + 1
+                known = known_refused(session)
+                if known is None:
+                    yield from items[start:]
+                    return
+                refused = known[1]
+                break
+
+
 def _candidates(session: Session, pending: PendingJob, running: list[RunningJob]) -> list[RunningJob]:
     seen: dict[str, RunningJob] = {}
     for plugin in session.profile.victims:
         for victim in plugin.select_victims(pending, running, session.ctx):
             seen.setdefault(victim.job.id, victim)
     return list(seen.values())
+
+
+def _fits_now(session: Session, pending: PendingJob, scoring: Scoring) -> bool:
+    """``_fits_without`` no victims, remembered until the state changes, where the answer depends
+    only on the state, the allowed nodes and the request (no topology plugin; scores that only
+    read the state, so no random draw is skipped)."""
+    if session.profile.place_gang is not None or not all(p.pure for p, _ in scoring.plugins):
+        return _fits_without(session, pending, [], scoring)
+    allowed = allowed_nodes(session, pending.job)
+    if isinstance(allowed, Status):
+        return False
+    job, request = pending.job, pending.job.request
+    key = (
+        id(allowed),  # kept alive by Session.allowed for the cycle
+        request.gpu_milli,
+        request.cpu_milli,
+        request.memory_mib,
+        request.mig_profile,
+        job.tasks,
+        job.min_available,
+        len(pending.bound),
+    )
+    hit = session.fits_now.get(key)
+    if hit is not None and hit[0] == session.state_version:
+        return hit[1]
+    fits = _fits_without(session, pending, [], scoring)
+    session.fits_now[key] = (session.state_version, fits)
+    return fits
 
 
 def _fits_without(
@@ -178,4 +234,5 @@ def _evict(session: Session, pending: PendingJob, victims: list[RunningJob], evi
         session.decisions.append(Preempt(victim.job.id, f"preempted so that {pending.job.id} can start"))
     session.state_version += 1
     session.failed_shapes.clear()  # capacity grew: earlier failures in this cycle may fit now
+    session.admitted.clear()  # admit plugins do not read evictions; cleared anyway, as after a bind
     session.failed_requests.clear()

@@ -14,6 +14,7 @@ class BinPack(ScorePlugin):
     """Score = minus the free GPUs on the node (fewer free is better)."""
 
     name = "binpack"
+    pure = True
 
     def score(self, job: Job, request: TaskRequest, ctx: CycleContext) -> FloatArray:
         return -ctx.state.free_milli.astype(float) / MILLI_PER_GPU

@@ -11,7 +11,7 @@ dominant resource is usually GPUs, but CPU- or memory-heavy jobs count too.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -67,17 +67,45 @@ def dominant(usage: Mapping[str, list[float]], totals: npt.NDArray[np.float64]) 
     return shares
 
 
-def dominant_shares(running: Collection[RunningJob], nodes: NodeTable) -> DominantShares:
-    """Sum what each user and group holds, then take each one's dominant share."""
+def dominant_shares(
+    running: Collection[RunningJob], nodes: NodeTable, memo: HeldMemo | None = None
+) -> DominantShares:
+    """Sum what each user and group holds, then take each one's dominant share.
+
+    ``memo`` remembers what each running job holds across calls (the same sums, in the same order).
+    """
     by_user: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     by_group: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    amounts_of = memo.held if memo is not None else held
     for job in running:
-        amounts = held(job)
+        amounts = amounts_of(job)
         for owner in (by_user[job.job.user], by_group[job.job.group]):
             for i, amount in enumerate(amounts):
                 owner[i] += amount
     totals = cluster_totals(nodes)
     return DominantShares(user=dominant(by_user, totals), group=dominant(by_group, totals))
+
+
+class HeldMemo:
+    """:func:`held` of each running job, remembered by job id while its placements stay the same
+    object; kept to about the jobs running now, so a long run does not grow it."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, tuple[object, tuple[float, float, float]]] = {}
+
+    def held(self, running: RunningJob) -> tuple[float, float, float]:
+        hit = self._by_id.get(running.job.id)
+        if hit is not None and hit[0] is running.placements:
+            return hit[1]
+        value = held(running)
+        self._by_id[running.job.id] = (running.placements, value)
+        return value
+
+    def prune(self, running: Collection[RunningJob]) -> None:
+        """Forget jobs no longer running once the memo is twice as large as it needs to be."""
+        if len(self._by_id) > 2 * len(running) + 1024:
+            alive = {r.job.id for r in running}
+            self._by_id = {k: v for k, v in self._by_id.items() if k in alive}
 
 
 class DominantResourceFairness(OrderPlugin):
@@ -95,14 +123,32 @@ class DominantResourceFairness(OrderPlugin):
         chosen = args or DrfArgs()
         self.strict = chosen.strict
         self.level: Level = chosen.level
+        self._held = HeldMemo()
 
     def shares(self, ctx: CycleContext) -> DominantShares:
         """This cycle's shares, computed on first use."""
         cached = ctx.data.get(self.name)
         if not isinstance(cached, DominantShares):
-            cached = dominant_shares(ctx.snapshot.running, ctx.snapshot.nodes)
+            self._held.prune(ctx.snapshot.running)
+            cached = dominant_shares(ctx.snapshot.running, ctx.snapshot.nodes, self._held)
             ctx.data[self.name] = cached
         return cached
+
+    def order_prefixes(self, jobs: Sequence[Job], ctx: CycleContext) -> list[tuple[float | str, ...]]:
+        """The shares part of :meth:`order_key`, one tuple per owner (a queue has a few owners)."""
+        shares = self.shares(ctx)
+        users, groups, level = shares.user, shares.group, self.level
+        by_owner: dict[tuple[str, str], tuple[float | str, ...]] = {}
+        out = []
+        for job in jobs:
+            owner = (job.group, job.user)
+            prefix = by_owner.get(owner)
+            if prefix is None:
+                user, group = users.get(job.user, 0.0), groups.get(job.group, 0.0)
+                prefix = (user,) if level == "user" else (group,) if level == "group" else (group, user)
+                by_owner[owner] = prefix
+            out.append(prefix)
+        return out
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         shares = self.shares(ctx)

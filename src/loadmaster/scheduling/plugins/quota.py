@@ -16,7 +16,7 @@ quota and quota is never mistaken for capacity.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -118,9 +118,14 @@ class _Ledger:
     """Verdicts of :meth:`Quota.admit` by (group, GPUs needed) while ``held`` stays the same: a
     queue of thousands asks the same few questions every cycle."""
 
+    victims: dict[tuple[str, float], list[RunningJob]] = field(default_factory=dict)
+    """:meth:`Quota.select_victims` by (group, GPUs needed) for the running list of
+    ``reclaim_memo`` while no bind changes ``bound_in_cycle``."""
+
     def add(self, group: str, gpus: float) -> None:
         self.held[group] = self.of(group) + gpus
         self.admitted.clear()
+        self.victims.clear()
         self.bound_in_cycle[group] = self.bound_in_cycle.get(group, 0.0) + gpus
 
 
@@ -171,6 +176,10 @@ class _HeldMemo:
             self._by_id = {k: v for k, v in self._by_id.items() if k in alive}
 
 
+_VERDICTS_KEPT = 65_536
+"""Admission verdicts kept across cycles before the memo is emptied (a long run must not grow)."""
+
+
 def _gpus(value: float) -> str:
     return f"{round(value, 3):g}"
 
@@ -186,6 +195,8 @@ class Quota(AdmitPlugin, VictimPlugin):
         self.settings: QuotaArgs = args or QuotaArgs()
         self.org_of = {group: org for org, quota in self.settings.orgs.items() for group in quota.groups}
         self._held = _HeldMemo()
+        self._verdicts: dict[tuple[str, float, tuple[float, ...]], Status] = {}
+        """:meth:`_admit` by (group, GPUs needed, what each group of its organisation holds)."""
 
     def admit(self, pending: PendingJob, ctx: CycleContext) -> Status:
         job = pending.job
@@ -198,8 +209,22 @@ class Quota(AdmitPlugin, VictimPlugin):
         ledger = self._ledger(ctx)
         found = ledger.admitted.get((job.group, need))
         if found is None:
-            found = ledger.admitted[job.group, need] = self._admit(org, job.group, need, ledger.held)
+            # The verdict reads only what the organisation's groups hold: kept across cycles by
+            # that, since most cycles start no job of the organisation and ask the same again.
+            held = tuple(ledger.held.get(group, 0.0) for group in self.settings.orgs[org].groups)
+            key = (job.group, need, held)
+            found = self._verdicts.get(key)
+            if found is None:
+                if len(self._verdicts) > _VERDICTS_KEPT:
+                    self._verdicts.clear()
+                found = self._verdicts[key] = self._admit(org, job.group, need, ledger.held)
+            ledger.admitted[job.group, need] = found
         return found
+
+    def admit_key(self, pending: PendingJob) -> Hashable:
+        """The verdict depends on the job's group and the GPUs it still needs, and on the ledger,
+        which changes only at binds."""
+        return (pending.job.group, gpus_left(pending))
 
     def _admit(self, org: str, name: str, need: float, held: Mapping[str, float]) -> Status:
         """:meth:`admit`'s verdict for ``need`` GPUs of group ``name`` given what each group holds."""
@@ -327,6 +352,22 @@ class Quota(AdmitPlugin, VictimPlugin):
             old_enough = [r for r in running if ctx.now - r.start_s >= self.settings.min_runtime_s]
             old_enough.sort(key=_victim_order)
             memo = ledger.reclaim_memo = (running, self._held_by_group(running, ledger), old_enough)
+            ledger.victims.clear()
+        # The answer reads the job's group and GPUs, the running list and the cycle's binds only.
+        key = (pending.job.group, gpus_left(pending))
+        found = ledger.victims.get(key)
+        if found is None:
+            found = ledger.victims[key] = self._reclaimable(pending, quota, ledger, memo)
+        return found
+
+    def _reclaimable(
+        self,
+        pending: PendingJob,
+        quota: OrgQuota,
+        ledger: _Ledger,
+        memo: tuple[object, dict[str, float], list[RunningJob]],
+    ) -> list[RunningJob]:
+        """:meth:`select_victims` for ``pending`` from the counts and victim order in ``memo``."""
         held = dict(memo[1])
         for group, gpus in ledger.bound_in_cycle.items():
             held[group] = held.get(group, 0.0) + gpus

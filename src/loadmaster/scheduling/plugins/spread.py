@@ -14,6 +14,7 @@ class Spread(ScorePlugin):
     """Score = the free GPUs on the node (more free is better)."""
 
     name = "spread"
+    pure = True
 
     def score(self, job: Job, request: TaskRequest, ctx: CycleContext) -> FloatArray:
         return ctx.state.free_milli.astype(float) / MILLI_PER_GPU
