@@ -339,13 +339,18 @@ class FragmentationGradient(SharingPolicy):
         """``growth``, with the candidates that leave the fragmentation unchanged recomputed as the FGD
         authors' simulator computes them (:func:`authors_fragmentation`).
 
-        Their score is ``int(100 sigmoid(-growth / 1000))``, and the one edge of
+        Their score (``calculateGpuShareFragExtendScore`` in
+        ``pkg/simulator/plugin/fgd_score.go`` of hkust-adsl/kubernetes-scheduler-simulator,
+        for a node and for each GPU of a share) is ``int(100 sigmoid(-growth / 1000))``, and the one edge of
         that integer which placements really meet is a growth of 0: 50 when it
         is 0 or above, 49 below. Our growth is exact there (0), theirs carries
         the rounding of their per-class sums, about 1e-12 of either sign when a
         shape changes class without changing the measure (a CPU-only task on a
         node whose free CPU falls below a shape's that its GPUs could not host
-        anyway). MEASURED. Away from 0 the growths agree to far
+        anyway). On the openb lists whose pods name GPU models, such a residue
+        changed their choice on 7 of 10 seeds of ``gpuspec10`` (first at pod
+        2,766 of 10,793 on seed 43) and 3 of ``gpuspec33``; their curves differed
+        from ours by up to 0.26 pp. Away from 0 the growths agree to far
         better than the distance to the next edge of the integer score, so only
         the zero-growth candidates (|growth| below a millionth of a milli-GPU,
         far less than any real change, which is at least one milli-GPU times a
