@@ -260,33 +260,45 @@ def authors_fragmentation(gpu_free: IntArray, cpu_free: IntArray, workload: Comp
     if table is None:
         raise ModelError("the workload has no shape table")
     rows = gpu_free.shape[0]
-    free = gpu_free.sum(axis=1).astype(np.float64)
     if workload.row_model is not None:
-        access = table.access[workload.row_model]
+        allowed = table.access[workload.row_model]
     else:
-        access = np.ones((rows, len(table.cpu)), dtype=bool)
-    lack_both, lack_gpu, lack_cpu, cpu_only, cpu_only_lacking, no_access = (np.zeros(rows) for _ in range(6))
-    by_share: dict[int, tuple[IntArray, FloatArray]] = {}
-    for t in range(len(table.cpu)):
-        weight, share = float(table.weight[t]), int(table.share[t])
-        cpu_fits = cpu_free >= table.cpu[t]
-        whole = weight * free
-        if share == 0:
-            cpu_only += np.where(cpu_fits, whole, 0.0)
-            cpu_only_lacking += np.where(cpu_fits, 0.0, whole)
-            continue
-        if share not in by_share:
-            small = gpu_free < share
-            by_share[share] = ((~small).sum(axis=1), (gpu_free * small).sum(axis=1).astype(np.float64))
-        big, stranded = by_share[share]
-        allowed = access[:, t]
-        gpu_fits = big >= table.gpus[t]
-        no_access += np.where(allowed, 0.0, whole)
-        hosted = allowed & gpu_fits & cpu_fits
-        lack_gpu += np.where(hosted, weight * stranded, np.where(allowed & ~gpu_fits & cpu_fits, whole, 0.0))
-        lack_cpu += np.where(allowed & gpu_fits & ~cpu_fits, whole, 0.0)
-        lack_both += np.where(allowed & ~gpu_fits & ~cpu_fits, whole, 0.0)
-    total: FloatArray = ((((lack_both + lack_gpu) + lack_cpu) + cpu_only) + cpu_only_lacking) + no_access
+        allowed = np.ones((rows, len(table.cpu)), dtype=bool)
+    free = gpu_free.sum(axis=1).astype(np.float64)
+    # Per shape (columns): GPUs with its share free, and the free milli-GPU on the others.
+    shares, of_shape = np.unique(table.share, return_inverse=True)
+    small = gpu_free[:, :, None] < shares[None, None, :]
+    big = (~small).sum(axis=1)[:, of_shape]
+    stranded = (gpu_free[:, :, None] * small).sum(axis=1)[:, of_shape].astype(np.float64)
+    cpu_fits = cpu_free[:, None] >= table.cpu[None, :]
+    gpu_fits = big >= table.gpus[None, :]
+    cpu_only = np.broadcast_to(table.share == 0, cpu_fits.shape)
+    needs_gpu = ~cpu_only & allowed
+    whole = table.weight[None, :] * free[:, None]
+    hosted = needs_gpu & gpu_fits & cpu_fits
+
+    gpu_columns = np.flatnonzero(table.share > 0)
+    cpu_columns = np.flatnonzero(table.share == 0)
+    named = np.flatnonzero((table.share > 0) & ~table.access.all(axis=0))
+
+    def summed(where: npt.NDArray[np.bool_], columns: IntArray, amount: FloatArray = whole) -> FloatArray:
+        # One class: the terms of its shapes added one by one in the workload's order (cumsum is
+        # sequential, as their loop; a sum would pair the terms). Only the shapes that may fall in the
+        # class are summed: the others would add exactly 0.
+        if len(columns) == 0:
+            return np.zeros(rows)
+        terms = np.where(where[:, columns], amount[:, columns], 0.0)
+        last: FloatArray = np.cumsum(terms, axis=1)[:, -1]
+        return last
+
+    lack_gpu_terms = np.where(hosted, table.weight[None, :] * stranded, whole)
+    lack_both = summed(needs_gpu & ~gpu_fits & ~cpu_fits, gpu_columns)
+    lack_gpu = summed(needs_gpu & cpu_fits, gpu_columns, lack_gpu_terms)
+    lack_cpu = summed(needs_gpu & gpu_fits & ~cpu_fits, gpu_columns)
+    with_cpu = summed(cpu_only & cpu_fits, cpu_columns)
+    without_cpu = summed(cpu_only & ~cpu_fits, cpu_columns)
+    no_access = summed(~cpu_only & ~allowed, named)
+    total: FloatArray = ((((lack_both + lack_gpu) + lack_cpu) + with_cpu) + without_cpu) + no_access
     return total
 
 

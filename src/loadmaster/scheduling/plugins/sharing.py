@@ -356,11 +356,21 @@ class FragmentationGradient(SharingPolicy):
         far less than any real change, which is at least one milli-GPU times a
         weight) are recomputed.
         """
+        state = ctx.state
+        workload = self.workload(ctx)
         zero = np.abs(np.nan_to_num(growth, nan=1.0)) < ZERO_GROWTH
+        if request.gpu_milli == 0 and workload.shapes is not None:
+            # A CPU-only task changes no GPU: unless the node's free CPU falls below some shape's, every
+            # shape adds the same terms to the same classes, and their sums are bit for bit the same.
+            cpu = np.sort(workload.shapes.cpu)
+            free = state.cpu_free[rows]
+            crosses = np.searchsorted(cpu, free, side="right") != np.searchsorted(
+                cpu, free - request.cpu_milli, side="right"
+            )
+            zero &= crosses[:, None]
         if not zero.any():
             return growth
         at, column = np.nonzero(zero)
-        state = ctx.state
         nodes = rows[at]
         before = state.gpu_free[nodes]
         after = before.copy()
@@ -372,7 +382,6 @@ class FragmentationGradient(SharingPolicy):
             taken = idle & (np.cumsum(idle, axis=1) <= request.whole_gpus)
             after[taken] = 0
         cpu = state.cpu_free[nodes]
-        workload = self.workload(ctx)
         if workload.model_weight is not None:
             workload = workload.for_rows(self._model_index(workload, state)[nodes])
         exact = authors_fragmentation(after, cpu - request.cpu_milli, workload) - authors_fragmentation(
