@@ -322,6 +322,15 @@ def test_discrete_curve_averages_the_pods_at_each_level() -> None:
     assert np.isnan(curve[3:]).all()
 
 
+def test_discrete_curve_rounds_a_level_mean_as_the_authors_pandas_does() -> None:
+    # Levels 0 and 1 hold allocations of 0.01/0.02% and 0.02/0.03%: means 0.015 and 0.025, which
+    # numpy rounds (times 100, half to even) to 0.02 and 0.02; an exact sum rounded by Python's
+    # round gives 0.01 and 0.03 (0.015 is stored just below, 0.025 just above).
+    run = SeedRun(np.array([0, 0, 1000, 1000]), np.array([10, 20, 20, 30]), failed=0)
+    curve = discrete_curve(run, total_gpus=100, levels=np.array([0, 1]))
+    assert curve.tolist() == [0.02, 0.02]
+
+
 @pytest.mark.parametrize("policy", ["Best-fit", "FGD"])
 def test_openb_one_seed_curve_is_monotone_and_saturates(openb, policy: str) -> None:  # type: ignore[no-untyped-def]
     run = run_seed(policy, openb, 42)

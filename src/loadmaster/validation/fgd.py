@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,18 +227,27 @@ def discrete_curve(run: SeedRun, total_gpus: int, levels: IntArray = LEVELS) -> 
     Arrival and allocation per pod are in per cent (arrival rounded to whole
     per cent, allocation to 0.01); a level's value is the mean allocation of
     the pods at that arrival, else of those within one per cent; NaN if none.
+    The arithmetic is their script's (``merge_alloc_discrete.py``, pandas):
+    each pod's values are rounded by Python's ``round`` (pandas' ``apply``
+    hands it Python floats), a level's mean is numpy's (pairwise) sum over
+    the count, and that mean is rounded by numpy (``round`` of a numpy
+    scalar: times 100, to the nearest even integer, over 100). Means that
+    fall on a half cent are common (a level holds about 90 pods), and with
+    the exact ``math.fsum`` or Python's correctly rounded ``round`` one level
+    in a few seeds landed on the other side: on the openb default list and
+    the four ``gpuspec`` lists, this arithmetic reproduces every level of
+    every seed of DotProd, GPU-Clustering, GPU-Packing and Best-fit.
     """
-    arrived = np.round(run.arrived_milli / total_gpus / 10, 0)
-    allocated = np.round(run.allocated_milli / total_gpus / 10, 2)
+    arrived = np.array([round(x) for x in (run.arrived_milli / total_gpus / 10).tolist()])
+    allocated = np.array([round(x, 2) for x in (run.allocated_milli / total_gpus / 10).tolist()])
     curve = np.full(len(levels), np.nan)
     for i, level in enumerate(levels.tolist()):
         at = arrived == level
         if not at.any():
             at = (arrived >= level - 1) & (arrived <= level + 1)
         if at.any():
-            # An exactly rounded sum: numpy's pairwise sum put seed 51's DotProd mean at 109% on
-            # 90.605 (rounds up) where the authors' pandas summed to 90.60499... (rounds down).
-            curve[i] = round(math.fsum(allocated[at].tolist()) / int(at.sum()), 2)
+            mean = np.sum(allocated[at]) / int(at.sum())
+            curve[i] = float(np.round(mean, 2))
     return curve
 
 

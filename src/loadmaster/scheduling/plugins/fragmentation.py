@@ -90,8 +90,11 @@ def typical_workload(
             break
         chosen.append((shape, count))
         covered += count
+    # The weight in the authors' arithmetic, (count / total) / (covered / total): it is count / covered,
+    # but rounded differently in the last bit, and their sums of weights (authors_fragmentation) are
+    # reproduced bit for bit.
     return tuple(
-        TypicalTask(cpu, gpu, count / covered, frozenset(m for m in spec.split("|") if m))
+        TypicalTask(cpu, gpu, (count / total) / (covered / total), frozenset(m for m in spec.split("|") if m))
         for (cpu, gpu, spec), count in chosen
     )
 
@@ -121,6 +124,8 @@ class CompiledWorkload:
     """The GPU models the shapes name, in the order of :attr:`model_weight`."""
     gpu_models: tuple[frozenset[str], ...] = ()
     """The model sets the shapes name (empty when none does)."""
+    shapes: ShapeTable | None = None
+    """The shapes one by one, in the workload's order (for :func:`authors_fragmentation`)."""
 
     @classmethod
     def of(cls, tasks: Iterable[TypicalTask]) -> CompiledWorkload:
@@ -146,6 +151,7 @@ class CompiledWorkload:
             hosted.append([t for t in gpu_tasks if not t.gpu_models])  # a node of any other model
             by_model = np.stack([table(tasks) for tasks in hosted])
         return cls(
+            shapes=ShapeTable.of(listed, models),
             group_share=np.array([share for share, _ in needs], dtype=np.int64),
             group_gpus=np.array([gpus for _, gpus in needs], dtype=np.int64),
             cpu_steps=np.array(steps, dtype=np.int64),
@@ -169,10 +175,12 @@ class CompiledWorkload:
         row weighs only the shapes its GPU model can host. Itself when no shape names a model."""
         if self.model_weight is None:
             return self
-        return dataclasses.replace(self, row_weight=self.model_weight[index])
+        return dataclasses.replace(self, row_weight=self.model_weight[index], row_model=index)
 
     row_weight: FloatArray | None = None
-    """Per row (node) its ``step_weight`` (from :meth:`for_models`); None: ``step_weight`` for all."""
+    """Per row (node) its ``step_weight`` (from :meth:`for_rows`); None: ``step_weight`` for all."""
+    row_model: IntArray | None = None
+    """Per row (node) its index from :meth:`model_index` (from :meth:`for_rows`); None: any model."""
 
     def group_weight(self, cpu_free: IntArray) -> FloatArray:
         """Per node and group: the weight of the group's shapes whose CPU the node can give.
@@ -196,6 +204,102 @@ class CompiledWorkload:
         counts: IntArray = big.sum(axis=1)
         usable: IntArray = (gpu_free[:, :, None] * big).sum(axis=1)
         return counts, usable
+
+
+@dataclass(frozen=True, eq=False)
+class ShapeTable:
+    """A target workload's shapes one by one, in its order: what :func:`authors_fragmentation` sums."""
+
+    cpu: IntArray
+    """CPU milli-cores of each shape."""
+    share: IntArray
+    """Milli-GPU each shape needs on each of its GPUs (1000 for whole GPUs; 0: CPU only)."""
+    gpus: IntArray
+    """GPUs each shape needs (0: CPU only)."""
+    weight: FloatArray
+    """Weight of each shape."""
+    access: npt.NDArray[np.bool_]
+    """Shape (models + 1, shapes): whether a node of each model of :attr:`CompiledWorkload.models`
+    (last: any other model) may host each shape."""
+
+    @classmethod
+    def of(cls, tasks: Sequence[TypicalTask], models: Sequence[str]) -> ShapeTable:
+        needs = [_need(t.gpu_milli) if t.gpu_milli > 0 else (0, 0) for t in tasks]
+        kinds = [*models, None]
+        return cls(
+            cpu=np.array([t.cpu_milli for t in tasks], dtype=np.int64),
+            share=np.array([share for share, _ in needs], dtype=np.int64),
+            gpus=np.array([gpus for _, gpus in needs], dtype=np.int64),
+            weight=np.array([t.weight for t in tasks], dtype=np.float64),
+            access=np.array(
+                [[not t.gpu_models or m in t.gpu_models for t in tasks] for m in kinds], dtype=bool
+            ).reshape(len(kinds), len(tasks)),
+        )
+
+
+def authors_fragmentation(gpu_free: IntArray, cpu_free: IntArray, workload: CompiledWorkload) -> FloatArray:
+    """Fragmentation of each node (rows of ``gpu_free``) in the FGD authors' floating-point arithmetic.
+
+    The same measure as :func:`fragmentation`, summed as their simulator sums it
+    (hkust-adsl/kubernetes-scheduler-simulator, ``pkg/utils/frag.go``:
+    ``NodeGpuShareFragAmount``, ``GetNodePodFrag``, ``FragAmountSumExceptQ3``):
+    each shape, in the workload's order, adds ``weight x amount`` to the sum of
+    its class (lack both, lack GPU, satisfied, lack CPU, CPU-only with and without
+    CPU, no access to the node's model), the amount being the node's free
+    milli-GPU, or for a shape the node can host, the free milli-GPU on GPUs too
+    small for it (added to "lack GPU"); the node's value is the sum of the
+    classes but "satisfied", in that order. Mathematically it is
+    :func:`fragmentation`; in floating point a shape that moves between two
+    classes that both count the whole free share (lack GPU to lack both as the
+    node's CPU drops, a CPU-only shape losing its CPU) changes the rounding of
+    the sums, so a placement that changes nothing can show a growth of about
+    1e-12 of either sign, and FGD's integer score turns a negative one from 50
+    into 49 (see ``FragmentationGradient``).
+    """
+    table = workload.shapes
+    if table is None:
+        raise ModelError("the workload has no shape table")
+    rows = gpu_free.shape[0]
+    if workload.row_model is not None:
+        allowed = table.access[workload.row_model]
+    else:
+        allowed = np.ones((rows, len(table.cpu)), dtype=bool)
+    free = gpu_free.sum(axis=1).astype(np.float64)
+    # Per shape (columns): GPUs with its share free, and the free milli-GPU on the others.
+    shares, of_shape = np.unique(table.share, return_inverse=True)
+    small = gpu_free[:, :, None] < shares[None, None, :]
+    big = (~small).sum(axis=1)[:, of_shape]
+    stranded = (gpu_free[:, :, None] * small).sum(axis=1)[:, of_shape].astype(np.float64)
+    cpu_fits = cpu_free[:, None] >= table.cpu[None, :]
+    gpu_fits = big >= table.gpus[None, :]
+    cpu_only = np.broadcast_to(table.share == 0, cpu_fits.shape)
+    needs_gpu = ~cpu_only & allowed
+    whole = table.weight[None, :] * free[:, None]
+    hosted = needs_gpu & gpu_fits & cpu_fits
+
+    gpu_columns = np.flatnonzero(table.share > 0)
+    cpu_columns = np.flatnonzero(table.share == 0)
+    named = np.flatnonzero((table.share > 0) & ~table.access.all(axis=0))
+
+    def summed(where: npt.NDArray[np.bool_], columns: IntArray, amount: FloatArray = whole) -> FloatArray:
+        # One class: the terms of its shapes added one by one in the workload's order (cumsum is
+        # sequential, as their loop; a sum would pair the terms). Only the shapes that may fall in the
+        # class are summed: the others would add exactly 0.
+        if len(columns) == 0:
+            return np.zeros(rows)
+        terms = np.where(where[:, columns], amount[:, columns], 0.0)
+        last: FloatArray = np.cumsum(terms, axis=1)[:, -1]
+        return last
+
+    lack_gpu_terms = np.where(hosted, table.weight[None, :] * stranded, whole)
+    lack_both = summed(needs_gpu & ~gpu_fits & ~cpu_fits, gpu_columns)
+    lack_gpu = summed(needs_gpu & cpu_fits, gpu_columns, lack_gpu_terms)
+    lack_cpu = summed(needs_gpu & gpu_fits & ~cpu_fits, gpu_columns)
+    with_cpu = summed(cpu_only & cpu_fits, cpu_columns)
+    without_cpu = summed(cpu_only & ~cpu_fits, cpu_columns)
+    no_access = summed(~cpu_only & ~allowed, named)
+    total: FloatArray = ((((lack_both + lack_gpu) + lack_cpu) + with_cpu) + without_cpu) + no_access
+    return total
 
 
 def _ratio(cpu: float, gpu: float) -> float:
