@@ -23,7 +23,15 @@ from typing import overload
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacement, TaskRequest, gpu_summary
+from loadmaster.model import (
+    MILLI_PER_GPU,
+    Job,
+    PendingJob,
+    RunningJob,
+    TaskPlacement,
+    TaskRequest,
+    gpu_summary,
+)
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.fit import IntArray
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
@@ -130,6 +138,16 @@ class Placer:
     scoring: Scoring
     topology: PlaceGangPlugin | None
 
+    @property
+    def pure(self) -> bool:
+        """Whether a placement reads nothing but the view: no topology plugin, no GPU-choice plugin,
+        and only scores that say they read the state alone (``reads_state_only``)."""
+        return (
+            self.topology is None
+            and self.scoring.gpu_choice is None
+            and all(getattr(plugin, "reads_state_only", False) for plugin, _ in self.scoring.plugins)
+        )
+
 
 FlatCache = dict[int, tuple[tuple[TaskPlacement, ...], npt.NDArray[np.int64], npt.NDArray[np.int64]]]
 """Placements flattened to arrays, by the id of their tuple (kept across cycles by the scheduler)."""
@@ -147,6 +165,10 @@ def _flat(
     node = np.array([(p.node, p.cpu_milli, p.memory_mib) for p in placements], dtype=np.int64).reshape(-1, 3)
     cache[id(placements)] = (placements, gpu, node)
     return gpu, node
+
+
+PlanKey = tuple[tuple[float, ...], tuple[tuple[TaskPlacement, ...], ...]]
+"""A plan's times and each release's placements in order: equal keys, equal plans."""
 
 
 class ReleasePlan:
@@ -172,6 +194,7 @@ class ReleasePlan:
         self._cumulative: (
             tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]] | None
         ) = None
+        self._fingerprint: PlanKey | None = None
 
     @classmethod
     def of(
@@ -189,7 +212,17 @@ class ReleasePlan:
         plan.ends, plan.times, plan.gpu, plan.gpu_upto = ends, times, gpu, gpu_upto
         plan.node, plan.node_upto, plan._per_node = node, node_upto, {}
         plan._cumulative = None
+        plan._fingerprint = None
         return plan
+
+    def fingerprint(self) -> PlanKey:
+        """What the plan is made of: its times and each release's placements, in order. Two plans
+        with equal fingerprints have the same rows, so every search reads the same future from them."""
+        if self._fingerprint is None:
+            ends = self.ends
+            placements = ends.placements() if isinstance(ends, _Ends) else tuple(e.placements for e in ends)
+            self._fingerprint = (tuple(self.times), placements)
+        return self._fingerprint
 
     def per_node(
         self, k: int, size: int
@@ -249,6 +282,7 @@ class ReleasePlan:
         merged = copy.copy(self)
         merged._per_node = {}
         merged._cumulative = None
+        merged._fingerprint = None
         everyone = [*self.ends, *extra]
         merged.ends = [everyone[i] for i in order]
         merged.times = [e.end_s for e in merged.ends]
@@ -270,6 +304,11 @@ class _Ends(Sequence[Release]):
 
     def __len__(self) -> int:
         return len(self._times)
+
+    def placements(self) -> tuple[tuple[TaskPlacement, ...], ...]:
+        """Each release's placements, in time order (without making the releases)."""
+        every = self._placements
+        return tuple(every[slot] for slot in self._slots)
 
     @overload
     def __getitem__(self, index: int) -> Release: ...
@@ -490,10 +529,27 @@ def earliest_start(
     order, each on the cluster less the reservations overlapping the job's
     run, until a full gang placement succeeds.
     """
-    need = pending.tasks_left
-    first = _first_fit(future, need, placer, pending.job.request)
+    first = _first_fit(future, pending.tasks_left, placer, pending.job.request)
     if first is None:
         return None
+    return _scan(
+        pending, run_s, first, ctx=ctx, future=future, reservations=reservations, placer=placer, sums=sums
+    )
+
+
+def _scan(
+    pending: PendingJob,
+    run_s: float,
+    first: int,
+    *,
+    ctx: CycleContext,
+    future: Future,
+    reservations: Sequence[Reservation],
+    placer: Placer,
+    sums: dict[tuple[int, ...], Held] | None,
+) -> Reservation | None:
+    """:func:`earliest_start` from its first candidate on: after ``first`` releases (``now`` if none)."""
+    need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
     ends = sorted(r.end_s for r in reservations if r.end_s > start)
     times = itertools.islice(future.times, first, None)  # already in order: merged lazily, no copy
@@ -585,3 +641,93 @@ def _task_cap(
         memory = (state.memory_free + memories) // request.memory_mib
         cap = memory if cap is None else np.minimum(cap, memory)
     return cap
+
+
+@dataclass(frozen=True, slots=True)
+class _Searched:
+    """One search's inputs (see :class:`SearchMemo`) and what it found."""
+
+    job: Job
+    key: tuple[object, ...]
+    now: float | None
+    """The time now when the search's first candidate was now (it then depends on it), else None."""
+    found: Reservation | None
+
+
+class SearchMemo:
+    """Each waiting job's last reservation search, reused while nothing the search reads has changed.
+
+    :func:`earliest_start` is a pure function of the job, its run time, its allowed nodes, the
+    cycle's free resources when it runs, the release plan, the reservations made before it in
+    the cycle and, only when its first candidate is now (the job may fit by count without any
+    release), the time now; placing a task reads the view alone when every score does
+    (:attr:`Placer.pure`). When a queue is long, most cycles are arrivals that change none of
+    these for the jobs that reserve: their searches are then skipped, and the reservation is
+    the one a fresh search finds. Entries live one cycle past their job's last search.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, _Searched] = {}
+        self._this: dict[str, _Searched] = {}
+        self.reused = 0
+        self.searched = 0
+
+    def next_cycle(self) -> None:
+        """Start a cycle: searches of the last cycle may be reused, older ones are dropped."""
+        self._last, self._this = self._this, {}
+
+    def earliest_start(
+        self,
+        pending: PendingJob,
+        run_s: float,
+        *,
+        ctx: CycleContext,
+        future: Future,
+        reservations: Sequence[Reservation],
+        placer: Placer,
+        sums: dict[tuple[int, ...], Held] | None = None,
+    ) -> Reservation | None:
+        """:func:`earliest_start`, or the last cycle's answer for this job when its inputs are equal."""
+        state = future.state
+        if pending.bound or state.mig is not None or not placer.pure:
+            return earliest_start(
+                pending, run_s, ctx=ctx, future=future, reservations=reservations, placer=placer, sums=sums
+            )
+        key = (
+            run_s,
+            state.nodes,
+            placer.allowed.tobytes(),
+            _state_bytes(state),
+            future.plan.fingerprint(),
+            tuple((r.start_s, r.end_s, r.placements) for r in reservations),
+        )
+        job = pending.job
+        last = self._last.get(job.id)
+        if last is not None and last.job is job and last.key == key and last.now in (None, ctx.now):
+            self._this[job.id] = last
+            self.reused += 1
+            return last.found
+        self.searched += 1
+        first = _first_fit(future, pending.tasks_left, placer, job.request)
+        found = None
+        if first is not None:
+            found = _scan(
+                pending,
+                run_s,
+                first,
+                ctx=ctx,
+                future=future,
+                reservations=reservations,
+                placer=placer,
+                sums=sums,
+            )
+        self._this[job.id] = _Searched(job, key, ctx.now if first == 0 else None, found)
+        return found
+
+
+def _state_bytes(state: WorkingState) -> bytes:
+    """The free resources a search reads (whole-GPU counts and shares follow from ``gpu_free``)."""
+    parts = [state.gpu_free.tobytes(), state.cpu_free.tobytes(), state.memory_free.tobytes()]
+    if state.pods_free is not None:
+        parts.append(state.pods_free.tobytes())
+    return b"".join(parts)

@@ -13,7 +13,7 @@ from loadmaster.scheduling.actions import admit, allocate, backfill, preempt
 from loadmaster.scheduling.decisions import Bind, CycleResult
 from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
-from loadmaster.scheduling.reservation import ReleaseBook, Reservation
+from loadmaster.scheduling.reservation import ReleaseBook, Reservation, SearchMemo
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import SUCCESS, Status, unresolvable
@@ -52,6 +52,7 @@ class Scheduler:
         self._lanes: dict[str, tuple[Job, str]] = {}
         self._flat: dict[int, Any] = {}
         self._book = ReleaseBook()
+        self._searches = SearchMemo()
         self._commits = any(p.commits_head for p in profile.order)
         self._heads: dict[str, str] = {}
         self._promised: dict[str, Reservation] = {}
@@ -136,6 +137,7 @@ class Scheduler:
             lane_cache=self._lanes,
             flat_placements=self._flat,
             release_book=self._book,
+            searches=self._searches,
         )
 
     def _ordered(self, pending: Collection[PendingJob], ctx: CycleContext) -> Collection[PendingJob]:

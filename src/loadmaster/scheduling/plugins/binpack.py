@@ -14,6 +14,8 @@ class BinPack(ScorePlugin):
     """Score = minus the free GPUs on the node (fewer free is better)."""
 
     name = "binpack"
+    reads_state_only = True
+    """The score is a function of the (viewed) state alone: reservation searches may be reused."""
 
     def score(self, job: Job, request: TaskRequest, ctx: CycleContext) -> FloatArray:
         return -ctx.state.free_milli.astype(float) / MILLI_PER_GPU

@@ -16,6 +16,8 @@ class FirstFit(ScorePlugin):
     """
 
     name = "first-fit"
+    reads_state_only = True
+    """The score depends on the cluster's size alone: reservation searches may be reused."""
 
     def __init__(self, args: object | None = None) -> None:
         super().__init__(args)
