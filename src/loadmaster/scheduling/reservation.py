@@ -307,8 +307,7 @@ class _Ends(Sequence[Release]):
 
     def placements(self) -> tuple[tuple[TaskPlacement, ...], ...]:
         """Each release's placements, in time order (without making the releases)."""
-        every = self._placements
-        return tuple(every[slot] for slot in self._slots)
+        return tuple(map(self._placements.__getitem__, self._slots))
 
     @overload
     def __getitem__(self, index: int) -> Release: ...
@@ -333,7 +332,9 @@ class ReleaseBook:
     """
 
     def __init__(self) -> None:
-        self._slot_of: dict[str, tuple[RunningJob, int]] = {}
+        self._slot_of: dict[int, int] = {}
+        """Slot of each running job, by the id of its object (``_jobs`` keeps the objects alive)."""
+        self._jobs: list[RunningJob] = []
         self._placements: list[tuple[TaskPlacement, ...]] = []
         self._natural = np.zeros(64, dtype=float)
         self._gpu_at = np.zeros(64, dtype=np.int64)
@@ -344,6 +345,8 @@ class ReleaseBook:
         self._node_rows = np.zeros((256, 3), dtype=np.int64)
         self._gpu_used = 0
         self._node_used = 0
+        self._last: tuple[list[RunningJob], float, float, ReleasePlan] | None = None
+        """The last plan made, with its running jobs, their earliest expected end and the time then."""
 
     def __len__(self) -> int:
         """Jobs the book holds (running now or lately)."""
@@ -365,12 +368,13 @@ class ReleaseBook:
         self._gpu_count[slot], self._node_count[slot] = len(gpu), len(node)
         self._natural[slot] = natural_end_s
         self._placements.append(running.placements)
-        self._slot_of[running.job.id] = (running, slot)
+        self._jobs.append(running)
+        self._slot_of[id(running)] = slot
         return slot
 
     def _compact(self, running: list[RunningJob]) -> None:
         """Keep only the jobs running now, in their order (slot i is running[i])."""
-        kept = [self._slot_of[r.job.id] for r in running]
+        kept = [(r, self._slot_of[id(r)]) for r in running]
         old = (self._natural, self._gpu_at, self._gpu_count, self._node_at, self._node_count)
         gpu_rows, node_rows, placements = self._gpu_rows, self._node_rows, self._placements
         self.__init__()  # type: ignore[misc]
@@ -383,31 +387,42 @@ class ReleaseBook:
     def plan(
         self, running: Collection[RunningJob], now: float, estimate_s: Callable[[RunningJob], float]
     ) -> ReleasePlan:
-        """The plan ``ReleasePlan(releases(running, now, estimates), cache)`` would be."""
+        """The plan ``ReleasePlan(releases(running, now, estimates), cache)`` would be.
+
+        The last plan itself when the same jobs run (the same objects, in the same order) and
+        no expected end is before now, then or now (no end is clamped): it is the same plan,
+        and the sums it keeps for searches stay valid. Each job's slot is looked up by the id
+        of its object in one pass of C loops, not a Python loop over the running jobs.
+        """
         jobs = list(running)
-        get = self._slot_of.get
-        slots: list[int] = []
-        for job in jobs:
-            hit = get(job.job.id)
-            if hit is None or hit[0] is not job:
-                gpu, node = _flat(job.placements, {})
-                slots.append(self._add(job, job.start_s + estimate_s(job), gpu, node))
-            else:
-                slots.append(hit[1])
+        last = self._last
+        if last is not None and last[0] == jobs and max(now, last[2]) <= last[1]:
+            return last[3]
+        slots: list[int | None] = list(map(self._slot_of.get, map(id, jobs)))
+        if None in slots:
+            for i, slot in enumerate(slots):
+                if slot is None:
+                    job = jobs[i]
+                    gpu, node = _flat(job.placements, {})
+                    slots[i] = self._add(job, job.start_s + estimate_s(job), gpu, node)
         if len(self._placements) > 2 * len(jobs) + 1024:
             self._compact(jobs)
             slots = list(range(len(jobs)))
         index = np.array(slots, dtype=np.int64)
-        ends = np.maximum(self._natural[index], now)
+        natural = self._natural[index]
+        ends = np.maximum(natural, now)
         order = np.argsort(ends, kind="stable")  # as releases() sorts: by end, ties in running order
         chosen = index[order]
         gpu, gpu_upto = _gather(self._gpu_rows, self._gpu_at[chosen], self._gpu_count[chosen])
         node, node_upto = _gather(self._node_rows, self._node_at[chosen], self._node_count[chosen])
         times: list[float] = ends[order].tolist()
         ordered = _Ends(times, self._placements, chosen.tolist())
-        return ReleasePlan.of(
+        plan = ReleasePlan.of(
             ordered, times=times, gpu=gpu, gpu_upto=gpu_upto, node=node, node_upto=node_upto
         )
+        earliest = float(natural.min()) if len(natural) else float("inf")
+        self._last = (jobs, earliest, now, plan)
+        return plan
 
 
 IntArray2 = npt.NDArray[np.int64]
