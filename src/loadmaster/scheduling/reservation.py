@@ -16,7 +16,7 @@ import functools
 import heapq
 import itertools
 import operator
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -195,6 +195,7 @@ class ReleasePlan:
             tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]] | None
         ) = None
         self._fingerprint: PlanKey | None = None
+        self._cumulative_gpu: IntArray | None = None
 
     @classmethod
     def of(
@@ -213,6 +214,7 @@ class ReleasePlan:
         plan.node, plan.node_upto, plan._per_node = node, node_upto, {}
         plan._cumulative = None
         plan._fingerprint = None
+        plan._cumulative_gpu = None
         return plan
 
     def fingerprint(self) -> PlanKey:
@@ -261,6 +263,20 @@ class ReleasePlan:
         self._cumulative = (gpus.cumsum(axis=0), cpus.cumsum(axis=0), memories.cumsum(axis=0))
         return self._cumulative
 
+    def cumulative_gpu(self, shape: tuple[int, ...]) -> IntArray | None:
+        """Milli-GPU the first ``k`` releases give back per GPU, for every ``k``, as a (releases + 1,
+        nodes, GPUs) array (``shape``: the state's GPU array); None over :data:`CUMULATIVE_CELLS`."""
+        if self._cumulative_gpu is not None:
+            return self._cumulative_gpu
+        steps = len(self.times) + 1
+        if steps * shape[0] * shape[1] > CUMULATIVE_CELLS:
+            return None
+        block = np.repeat(np.arange(1, steps), np.diff(self.gpu_upto))
+        gpus = np.zeros((steps, *shape), dtype=np.int64)
+        np.add.at(gpus, (block, self.gpu[:, 0], self.gpu[:, 1]), self.gpu[:, 2])
+        self._cumulative_gpu = gpus.cumsum(axis=0)
+        return self._cumulative_gpu
+
     def plus(self, extra: Sequence[Release]) -> ReleasePlan:
         """This plan with ``extra`` releases merged in, in time order (ties: this plan's first).
 
@@ -283,6 +299,7 @@ class ReleasePlan:
         merged._per_node = {}
         merged._cumulative = None
         merged._fingerprint = None
+        merged._cumulative_gpu = None
         everyone = [*self.ends, *extra]
         merged.ends = [everyone[i] for i in order]
         merged.times = [e.end_s for e in merged.ends]
@@ -573,39 +590,155 @@ def _scan(
     request = pending.job.request
     if sums is None:
         sums = {}
-    previous = None
-    for time_s in heapq.merge([start], times, ends):
-        if time_s == previous:
-            continue
-        previous = time_s
-        upto = bisect.bisect_right(future.times, time_s, lo=index)
-        if upto - index > JUMP:
-            state = future.after(upto)  # many releases at once (overdue jobs all end "now"): one sum
-        else:
-            for release in future.ends[index:upto]:
-                for placement in release.placements:
-                    state.release(placement)
-        index = upto
-        overlapping = tuple(i for i, r in enumerate(reservations) if r.overlaps(time_s, time_s + run_s))
-        if not overlapping:
-            view = state
-        else:
-            held = sums.get(overlapping)
+    candidates = _distinct(heapq.merge([start], times, ends))
+    rooms = _Rooms.of(future, placer.allowed, request)
+    overlaps = _Overlaps(reservations, run_s)
+    while chunk := list(itertools.islice(candidates, SCAN_CHUNK)):
+        uptos = [bisect.bisect_right(future.times, time_s, lo=index) for time_s in chunk]
+        helds = [_summed(sums, reservations, overlapping) for overlapping in overlaps.of(chunk)]
+        enough = None if rooms is None else rooms.enough(uptos, helds, need)
+        for j, time_s in enumerate(chunk):
+            if enough is not None and not enough[j]:
+                continue  # fewer tasks fit than the job has, counted on every candidate at once
+            upto, held = uptos[j], helds[j]
+            if upto - index > JUMP:
+                state = future.after(upto)  # many releases at once (overdue jobs all end "now"): one sum
+            else:
+                for release in future.ends[index:upto]:
+                    for placement in release.placements:
+                        state.release(placement)
+            index = upto
             if held is None:
-                held = sums[overlapping] = functools.reduce(
-                    operator.add, (reservations[i].held for i in overlapping)
-                )
-            if state.mig is None and _room_less(state, held, placer.allowed, request) < need:
-                continue  # the view would not hold the job: not worth building (most candidate times)
-            view = without_held(state, held)
-        if _room(view, placer.allowed, request) < need:
-            continue
-        with ctx.viewing(view):
-            placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
-        if status.ok or len(placed) >= need:
-            held = ctx.state.held(placed)
-            return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), held)
+                view = state
+            else:
+                if (
+                    enough is None
+                    and state.mig is None
+                    and _room_less(state, held, placer.allowed, request) < need
+                ):
+                    continue  # the view would not hold the job: not worth building (most candidate times)
+                view = without_held(state, held)
+            if _room(view, placer.allowed, request) < need:
+                continue
+            with ctx.viewing(view):
+                placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
+            if status.ok or len(placed) >= need:
+                taken = ctx.state.held(placed)
+                return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), taken)
     return None
+
+
+SCAN_CHUNK = 16
+"""Candidate times a search counts room at in one vectorised step (most searches end within one)."""
+
+
+def _distinct(times: Iterator[float]) -> Iterator[float]:
+    """``times`` (in order) without repeats."""
+    previous = None
+    for time_s in times:
+        if time_s != previous:
+            previous = time_s
+            yield time_s
+
+
+def _summed(
+    sums: dict[tuple[int, ...], Held], reservations: Sequence[Reservation], overlapping: tuple[int, ...]
+) -> Held | None:
+    """The summed holdings of the reservations ``overlapping`` (by index; kept in ``sums``), None if none."""
+    if not overlapping:
+        return None
+    held = sums.get(overlapping)
+    if held is None:
+        held = sums[overlapping] = functools.reduce(operator.add, (reservations[i].held for i in overlapping))
+    return held
+
+
+class _Overlaps:
+    """Which reservations a run of ``run_s`` from each candidate time overlaps, for many times at once."""
+
+    def __init__(self, reservations: Sequence[Reservation], run_s: float) -> None:
+        self.reservations = reservations
+        self.run_s = run_s
+        count = len(reservations)
+        self._vector = 0 < count <= 62  # a bit per reservation in an int64
+        if self._vector:
+            self._starts = np.array([r.start_s for r in reservations])
+            self._ends = np.array([r.end_s for r in reservations])
+            self._bits = np.left_shift(1, np.arange(count, dtype=np.int64))
+        self._subsets: dict[int, tuple[int, ...]] = {}
+
+    def of(self, times: list[float]) -> list[tuple[int, ...]]:
+        """For each time, the indices of the reservations overlapping [time, time + run_s) in order
+        (as :meth:`Reservation.overlaps` says: the same float sums, elementwise)."""
+        if not self._vector:
+            return [
+                tuple(i for i, r in enumerate(self.reservations) if r.overlaps(t, t + self.run_s))
+                for t in times
+            ]
+        column = np.array(times)[:, None]
+        hits = (self._starts < column + self.run_s) & (column < self._ends)
+        subsets = self._subsets
+        found = []
+        for mask in (hits @ self._bits).tolist():
+            subset = subsets.get(mask)
+            if subset is None:
+                subset = subsets[mask] = tuple(i for i in range(len(self._bits)) if mask >> i & 1)
+            found.append(subset)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Rooms:
+    """:func:`_room_less` at many candidate times at once, from the plan's cumulative per-GPU and per-node
+    releases: what the scan's own state would hold after each candidate's releases, less its holdings."""
+
+    state: WorkingState
+    gpu: IntArray
+    """Milli-GPU released per GPU after the first k releases, for every k: (releases + 1, nodes, GPUs)."""
+    cpu: IntArray
+    memory: IntArray
+    allowed: BoolArray
+    request: TaskRequest
+
+    @classmethod
+    def of(cls, future: Future, allowed: BoolArray, request: TaskRequest) -> _Rooms | None:
+        """None where it does not apply (MIG, a request of no GPU, or a plan too long to sum up front)."""
+        state = future.state
+        if state.mig is not None or not (request.whole_gpus or request.is_fractional):
+            return None
+        gpu = future.plan.cumulative_gpu(state.gpu_free.shape)
+        matrices = future.plan.cumulative(len(state.nodes))
+        if gpu is None or matrices is None:
+            return None
+        return cls(state, gpu, matrices[1], matrices[2], allowed, request)
+
+    def enough(self, uptos: list[int], helds: list[Held | None], need: int) -> list[bool]:
+        """For each candidate (releases so far, holdings it overlaps): whether :func:`_room_less`
+        (``_room``'s upper bound, without pods, where nothing is held) reaches ``need``."""
+        state, request, ks = self.state, self.request, np.array(uptos, dtype=np.int64)
+        free = state.gpu_free + self.gpu[ks]
+        cpu = state.cpu_free + self.cpu[ks] if request.cpu_milli else None
+        memory = state.memory_free + self.memory[ks] if request.memory_mib else None
+        groups: dict[int, tuple[Held, list[int]]] = {}
+        for j, held in enumerate(helds):
+            if held is not None:
+                groups.setdefault(id(held), (held, []))[1].append(j)
+        for held, rows in groups.values():  # a few distinct sets of reservations per chunk
+            free[rows] -= held.gpu
+            if cpu is not None:
+                cpu[rows] -= held.cpu
+            if memory is not None:
+                memory[rows] -= held.memory
+        if request.whole_gpus:
+            cap = np.add.reduce(free == MILLI_PER_GPU, axis=2, dtype=np.int64) // request.whole_gpus
+        else:
+            cap = np.add.reduce(np.maximum(free, 0) // request.gpu_milli, axis=2)
+        if cpu is not None:
+            cap = np.minimum(cap, np.maximum(cpu, 0) // request.cpu_milli)
+        if memory is not None:
+            cap = np.minimum(cap, np.maximum(memory, 0) // request.memory_mib)
+        rooms = np.add.reduce(cap[:, self.allowed], axis=1)
+        return (rooms >= need).tolist()  # type: ignore[no-any-return]
 
 
 def _first_fit(future: Future, need: int, placer: Placer, request: TaskRequest) -> int | None:
