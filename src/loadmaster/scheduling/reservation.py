@@ -591,12 +591,16 @@ def _scan(
     if sums is None:
         sums = {}
     candidates = _distinct(heapq.merge([start], times, ends))
-    rooms = _Rooms.of(future, placer.allowed, request)
+    rooms: _Rooms | None = None
     overlaps = _Overlaps(reservations, run_s)
-    while chunk := list(itertools.islice(candidates, SCAN_CHUNK)):
+    size = SCAN_FIRST
+    while chunk := list(itertools.islice(candidates, size)):
         uptos = [bisect.bisect_right(future.times, time_s, lo=index) for time_s in chunk]
         helds = [_summed(sums, reservations, overlapping) for overlapping in overlaps.of(chunk)]
+        if size == SCAN_CHUNK and rooms is None:
+            rooms = _Rooms.of(future, placer.allowed, request)
         enough = None if rooms is None else rooms.enough(uptos, helds, need)
+        size = SCAN_CHUNK
         for j, time_s in enumerate(chunk):
             if enough is not None and not enough[j]:
                 continue  # fewer tasks fit than the job has, counted on every candidate at once
@@ -628,8 +632,11 @@ def _scan(
     return None
 
 
+SCAN_FIRST = 4
+"""Candidate times a search first tries one by one: many searches end there, before a vectorised
+count (and the plan's per-GPU sums it needs) would pay for itself."""
 SCAN_CHUNK = 16
-"""Candidate times a search counts room at in one vectorised step (most searches end within one)."""
+"""Candidate times a search then counts room at in one vectorised step."""
 
 
 def _distinct(times: Iterator[float]) -> Iterator[float]:
@@ -670,7 +677,7 @@ class _Overlaps:
     def of(self, times: list[float]) -> list[tuple[int, ...]]:
         """For each time, the indices of the reservations overlapping [time, time + run_s) in order
         (as :meth:`Reservation.overlaps` says: the same float sums, elementwise)."""
-        if not self._vector:
+        if not self._vector or len(times) <= SCAN_FIRST:
             return [
                 tuple(i for i, r in enumerate(self.reservations) if r.overlaps(t, t + self.run_s))
                 for t in times
