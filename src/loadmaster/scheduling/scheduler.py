@@ -83,6 +83,11 @@ class Scheduler:
             if enabled:
                 gc.enable()
 
+    @property
+    def search_counts(self) -> tuple[int, int]:
+        """Backfill reservation searches made so far, and those answered from the last cycle's."""
+        return self._searches.searched, self._searches.reused
+
     def _cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         self._trim(snapshot)
         session = self._session(snapshot, now, rng, snapshot.pending, snapshot.queues())
