@@ -38,7 +38,8 @@ def main() -> None:
     result = simulate(cluster.nodes, scheduler, workload.jobs, SimOptions())
     cpu = time.process_time() - started
     print(f"{args.profile}: {len(workload.jobs)} jobs, {len(result.timeline.time_s)} cycles, {cpu:.2f} s CPU")
-    searched, reused = scheduler.search_counts
+    # getattr: the script also times older code (before the memo) for before/after tables
+    searched, reused = getattr(scheduler, "search_counts", (0, 0))
     if searched or reused:
         print(f"reservation searches: {searched} made, {reused} answered from the last cycle's")
     if args.no_profile:
