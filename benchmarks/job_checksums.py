@@ -15,6 +15,10 @@ Cases (``--set``):
   --cluster lab --workload lab``: 4,000 jobs, load 0.85, workload seed 7);
 * ``lublin``: the Lublin-1 validation (docs/validation.md): five orders with
   and without backfilling, on the protocol's sequences (``quick``: the first);
+* ``overload``: the backfilling, non-strict and preempting profiles on the
+  lab cluster with 6,000 lab jobs at load 1.1, where the queue grows to
+  thousands of waiting jobs (what keeping verdicts across cycles must not
+  change);
 * ``fgd``: the FGD validation's policies on openb, seed 0 with numpy's draws.
 
     python benchmarks/job_checksums.py --set quick [--check | --write]
@@ -48,7 +52,11 @@ FIXTURE = ROOT / "tests" / "fixtures" / "job_checksums.json"
 PROFILES = ("kube-default", "fifo", "sds", "nsml", "slurm", "fair", "learned", "binpack")
 """The shipped production profiles, and the strict-FIFO baseline the speed targets compare with."""
 QUICK_JOBS = 1200
-SETS = ("quick", "demo", "lublin", "lublin-quick", "fgd")
+OVERLOAD_JOBS = 6000
+OVERLOAD_LOAD = 1.1
+OVERLOAD_PROFILES = ("sds", "nsml", "slurm", "learned", "kube-default", "fair")
+"""The profiles that look past a blocked head job, so whose cost grows with the queue."""
+SETS = ("quick", "demo", "overload", "lublin", "lublin-quick", "fgd")
 
 
 class _Recording(Simulator):
@@ -95,12 +103,16 @@ def run_digest(simulator: _Recording) -> str:
     return hashlib.sha256((table_digest(table) + simulator.binds.hexdigest()).encode()).hexdigest()[:32]
 
 
-def _lab(jobs: int | None) -> Iterator[tuple[str, Callable[[], str]]]:
+def _lab(
+    jobs: int | None, load: float | None = None, names: tuple[str, ...] = PROFILES
+) -> Iterator[tuple[str, Callable[[], str]]]:
     cluster = load_cluster("lab")
-    workload = load_workload("lab", cluster, jobs=jobs)
+    workload = load_workload("lab", cluster, jobs=jobs, load=load)
     profiles = load_profiles()
     label = "demo" if jobs is None else f"lab-{jobs}"
-    for name in PROFILES:
+    if load is not None:
+        label = f"overload-{jobs}"
+    for name in names:
 
         def one(name: str = name) -> str:
             return run_digest(
@@ -153,6 +165,8 @@ def cases(which: str, data: Path) -> Iterator[tuple[str, Callable[[], str]]]:
         yield from _lab(QUICK_JOBS)
     if which in {"demo", "all"}:
         yield from _lab(None)
+    if which in {"overload", "all"}:
+        yield from _lab(OVERLOAD_JOBS, OVERLOAD_LOAD, OVERLOAD_PROFILES)
     if which in {"lublin-quick", "quick-data"}:
         yield from _lublin(data, 1)
     if which in {"lublin", "all"}:

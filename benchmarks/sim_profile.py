@@ -33,10 +33,15 @@ def main() -> None:
     cluster = load_cluster(args.cluster)
     workload = load_workload(args.workload or args.cluster, cluster, jobs=args.jobs, load=args.load)
     profile = load_profiles()[args.profile]
+    scheduler = Scheduler(profile)
     started = time.process_time()
-    result = simulate(cluster.nodes, Scheduler(profile), workload.jobs, SimOptions())
+    result = simulate(cluster.nodes, scheduler, workload.jobs, SimOptions())
     cpu = time.process_time() - started
     print(f"{args.profile}: {len(workload.jobs)} jobs, {len(result.timeline.time_s)} cycles, {cpu:.2f} s CPU")
+    # getattr: the script also times older code (before the memo) for before/after tables
+    searched, reused = getattr(scheduler, "search_counts", (0, 0))
+    if searched or reused:
+        print(f"reservation searches: {searched} made, {reused} answered from the last cycle's")
     if args.no_profile:
         return
     profiler = cProfile.Profile()

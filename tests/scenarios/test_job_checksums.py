@@ -55,6 +55,14 @@ def test_lab_demo_is_unchanged(profile: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("profile", HARNESS.OVERLOAD_PROFILES)
+def test_overloaded_lab_queue_is_unchanged(profile: str) -> None:
+    """A queue of thousands (load 1.1): what keeping searches and verdicts across cycles must not change."""
+    (compute,) = [c for name, c in _cases("overload") if name.endswith(f"/{profile}")]
+    assert compute() == COMMITTED[f"overload-{HARNESS.OVERLOAD_JOBS}/{profile}"]
+
+
+@pytest.mark.slow
 def test_first_lublin_sequence_and_fgd_seed_are_unchanged() -> None:
     reference_data("swf/lublin_256.swf")
     reference_data("openb/openb_pod_list_default.csv")

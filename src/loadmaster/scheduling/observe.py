@@ -53,10 +53,21 @@ def node_features(snapshot: ClusterSnapshot, now: float, spec: ObservationSpec) 
     free = np.asarray(snapshot.free_milli, dtype=np.float64) / MILLI_PER_GPU
     points = now + spec.horizon_step_s * np.arange(spec.horizon_steps + 1)
     released = np.zeros((len(free), len(points)))
-    for running in snapshot.running:
-        after = (points >= running.expected_end_s) & (points > now)
+    # One row per placement, added in the jobs' and placements' order: np.add.at adds unbuffered,
+    # in index order, so every sum is made in the order (and to the bit) of a loop over them.
+    owners: list[int] = []
+    rows: list[int] = []
+    weights: list[float] = []
+    ends: list[float] = []
+    for i, running in enumerate(snapshot.running):
+        ends.append(running.expected_end_s)
         for p in running.placements:
-            released[p.node] += after * (len(p.gpu_indices) * p.gpu_milli / MILLI_PER_GPU)
+            owners.append(i)
+            rows.append(p.node)
+            weights.append(len(p.gpu_indices) * p.gpu_milli / MILLI_PER_GPU)
+    if rows:
+        after = (points >= np.array(ends)[:, None]) & (points > now)
+        np.add.at(released, np.array(rows), after[owners] * np.array(weights)[:, None])
     features = (free[:, None] + released) / node_gpus[:, None]
     return np.clip(features, 0.0, 1.0).astype(np.float32)
 

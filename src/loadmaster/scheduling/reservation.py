@@ -16,14 +16,22 @@ import functools
 import heapq
 import itertools
 import operator
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacement, TaskRequest, gpu_summary
+from loadmaster.model import (
+    MILLI_PER_GPU,
+    Job,
+    PendingJob,
+    RunningJob,
+    TaskPlacement,
+    TaskRequest,
+    gpu_summary,
+)
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.fit import IntArray
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
@@ -130,6 +138,16 @@ class Placer:
     scoring: Scoring
     topology: PlaceGangPlugin | None
 
+    @property
+    def pure(self) -> bool:
+        """Whether a placement reads nothing but the view: no topology plugin, no GPU-choice plugin,
+        and only scores that read the state alone (``ScorePlugin.pure``)."""
+        return (
+            self.topology is None
+            and self.scoring.gpu_choice is None
+            and all(plugin.pure for plugin, _ in self.scoring.plugins)
+        )
+
 
 FlatCache = dict[int, tuple[tuple[TaskPlacement, ...], npt.NDArray[np.int64], npt.NDArray[np.int64]]]
 """Placements flattened to arrays, by the id of their tuple (kept across cycles by the scheduler)."""
@@ -147,6 +165,10 @@ def _flat(
     node = np.array([(p.node, p.cpu_milli, p.memory_mib) for p in placements], dtype=np.int64).reshape(-1, 3)
     cache[id(placements)] = (placements, gpu, node)
     return gpu, node
+
+
+PlanKey = tuple[tuple[float, ...], tuple[tuple[TaskPlacement, ...], ...]]
+"""A plan's times and each release's placements in order: equal keys, equal plans."""
 
 
 class ReleasePlan:
@@ -172,6 +194,8 @@ class ReleasePlan:
         self._cumulative: (
             tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]] | None
         ) = None
+        self._fingerprint: PlanKey | None = None
+        self._cumulative_gpu: IntArray | None = None
 
     @classmethod
     def of(
@@ -189,7 +213,18 @@ class ReleasePlan:
         plan.ends, plan.times, plan.gpu, plan.gpu_upto = ends, times, gpu, gpu_upto
         plan.node, plan.node_upto, plan._per_node = node, node_upto, {}
         plan._cumulative = None
+        plan._fingerprint = None
+        plan._cumulative_gpu = None
         return plan
+
+    def fingerprint(self) -> PlanKey:
+        """What the plan is made of: its times and each release's placements, in order. Two plans
+        with equal fingerprints have the same rows, so every search reads the same future from them."""
+        if self._fingerprint is None:
+            ends = self.ends
+            placements = ends.placements() if isinstance(ends, _Ends) else tuple(e.placements for e in ends)
+            self._fingerprint = (tuple(self.times), placements)
+        return self._fingerprint
 
     def per_node(
         self, k: int, size: int
@@ -228,6 +263,20 @@ class ReleasePlan:
         self._cumulative = (gpus.cumsum(axis=0), cpus.cumsum(axis=0), memories.cumsum(axis=0))
         return self._cumulative
 
+    def cumulative_gpu(self, shape: tuple[int, ...]) -> IntArray | None:
+        """Milli-GPU the first ``k`` releases give back per GPU, for every ``k``, as a (releases + 1,
+        nodes, GPUs) array (``shape``: the state's GPU array); None over :data:`CUMULATIVE_CELLS`."""
+        if self._cumulative_gpu is not None:
+            return self._cumulative_gpu
+        steps = len(self.times) + 1
+        if steps * shape[0] * shape[1] > CUMULATIVE_CELLS:
+            return None
+        block = np.repeat(np.arange(1, steps), np.diff(self.gpu_upto))
+        gpus = np.zeros((steps, *shape), dtype=np.int64)
+        np.add.at(gpus, (block, self.gpu[:, 0], self.gpu[:, 1]), self.gpu[:, 2])
+        self._cumulative_gpu = gpus.cumsum(axis=0)
+        return self._cumulative_gpu
+
     def plus(self, extra: Sequence[Release]) -> ReleasePlan:
         """This plan with ``extra`` releases merged in, in time order (ties: this plan's first).
 
@@ -249,6 +298,8 @@ class ReleasePlan:
         merged = copy.copy(self)
         merged._per_node = {}
         merged._cumulative = None
+        merged._fingerprint = None
+        merged._cumulative_gpu = None
         everyone = [*self.ends, *extra]
         merged.ends = [everyone[i] for i in order]
         merged.times = [e.end_s for e in merged.ends]
@@ -270,6 +321,10 @@ class _Ends(Sequence[Release]):
 
     def __len__(self) -> int:
         return len(self._times)
+
+    def placements(self) -> tuple[tuple[TaskPlacement, ...], ...]:
+        """Each release's placements, in time order (without making the releases)."""
+        return tuple(map(self._placements.__getitem__, self._slots))
 
     @overload
     def __getitem__(self, index: int) -> Release: ...
@@ -294,7 +349,9 @@ class ReleaseBook:
     """
 
     def __init__(self) -> None:
-        self._slot_of: dict[str, tuple[RunningJob, int]] = {}
+        self._slot_of: dict[int, int] = {}
+        """Slot of each running job, by the id of its object (``_jobs`` keeps the objects alive)."""
+        self._jobs: list[RunningJob] = []
         self._placements: list[tuple[TaskPlacement, ...]] = []
         self._natural = np.zeros(64, dtype=float)
         self._gpu_at = np.zeros(64, dtype=np.int64)
@@ -305,6 +362,8 @@ class ReleaseBook:
         self._node_rows = np.zeros((256, 3), dtype=np.int64)
         self._gpu_used = 0
         self._node_used = 0
+        self._last: tuple[list[RunningJob], float, float, ReleasePlan] | None = None
+        """The last plan made, with its running jobs, their earliest expected end and the time then."""
 
     def __len__(self) -> int:
         """Jobs the book holds (running now or lately)."""
@@ -326,12 +385,13 @@ class ReleaseBook:
         self._gpu_count[slot], self._node_count[slot] = len(gpu), len(node)
         self._natural[slot] = natural_end_s
         self._placements.append(running.placements)
-        self._slot_of[running.job.id] = (running, slot)
+        self._jobs.append(running)
+        self._slot_of[id(running)] = slot
         return slot
 
     def _compact(self, running: list[RunningJob]) -> None:
         """Keep only the jobs running now, in their order (slot i is running[i])."""
-        kept = [self._slot_of[r.job.id] for r in running]
+        kept = [(r, self._slot_of[id(r)]) for r in running]
         old = (self._natural, self._gpu_at, self._gpu_count, self._node_at, self._node_count)
         gpu_rows, node_rows, placements = self._gpu_rows, self._node_rows, self._placements
         self.__init__()  # type: ignore[misc]
@@ -344,31 +404,42 @@ class ReleaseBook:
     def plan(
         self, running: Collection[RunningJob], now: float, estimate_s: Callable[[RunningJob], float]
     ) -> ReleasePlan:
-        """The plan ``ReleasePlan(releases(running, now, estimates), cache)`` would be."""
+        """The plan ``ReleasePlan(releases(running, now, estimates), cache)`` would be.
+
+        The last plan itself when the same jobs run (the same objects, in the same order) and
+        no expected end is before now, then or now (no end is clamped): it is the same plan,
+        and the sums it keeps for searches stay valid. Each job's slot is looked up by the id
+        of its object in one pass of C loops, not a Python loop over the running jobs.
+        """
         jobs = list(running)
-        get = self._slot_of.get
-        slots: list[int] = []
-        for job in jobs:
-            hit = get(job.job.id)
-            if hit is None or hit[0] is not job:
-                gpu, node = _flat(job.placements, {})
-                slots.append(self._add(job, job.start_s + estimate_s(job), gpu, node))
-            else:
-                slots.append(hit[1])
+        last = self._last
+        if last is not None and last[0] == jobs and max(now, last[2]) <= last[1]:
+            return last[3]
+        slots: list[int | None] = list(map(self._slot_of.get, map(id, jobs)))
+        if None in slots:
+            for i, slot in enumerate(slots):
+                if slot is None:
+                    job = jobs[i]
+                    gpu, node = _flat(job.placements, {})
+                    slots[i] = self._add(job, job.start_s + estimate_s(job), gpu, node)
         if len(self._placements) > 2 * len(jobs) + 1024:
             self._compact(jobs)
             slots = list(range(len(jobs)))
         index = np.array(slots, dtype=np.int64)
-        ends = np.maximum(self._natural[index], now)
+        natural = self._natural[index]
+        ends = np.maximum(natural, now)
         order = np.argsort(ends, kind="stable")  # as releases() sorts: by end, ties in running order
         chosen = index[order]
         gpu, gpu_upto = _gather(self._gpu_rows, self._gpu_at[chosen], self._gpu_count[chosen])
         node, node_upto = _gather(self._node_rows, self._node_at[chosen], self._node_count[chosen])
         times: list[float] = ends[order].tolist()
         ordered = _Ends(times, self._placements, chosen.tolist())
-        return ReleasePlan.of(
+        plan = ReleasePlan.of(
             ordered, times=times, gpu=gpu, gpu_upto=gpu_upto, node=node, node_upto=node_upto
         )
+        earliest = float(natural.min()) if len(natural) else float("inf")
+        self._last = (jobs, earliest, now, plan)
+        return plan
 
 
 IntArray2 = npt.NDArray[np.int64]
@@ -490,10 +561,27 @@ def earliest_start(
     order, each on the cluster less the reservations overlapping the job's
     run, until a full gang placement succeeds.
     """
-    need = pending.tasks_left
-    first = _first_fit(future, need, placer, pending.job.request)
+    first = _first_fit(future, pending.tasks_left, placer, pending.job.request)
     if first is None:
         return None
+    return _scan(
+        pending, run_s, first, ctx=ctx, future=future, reservations=reservations, placer=placer, sums=sums
+    )
+
+
+def _scan(
+    pending: PendingJob,
+    run_s: float,
+    first: int,
+    *,
+    ctx: CycleContext,
+    future: Future,
+    reservations: Sequence[Reservation],
+    placer: Placer,
+    sums: dict[tuple[int, ...], Held] | None,
+) -> Reservation | None:
+    """:func:`earliest_start` from its first candidate on: after ``first`` releases (``now`` if none)."""
+    need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
     ends = sorted(r.end_s for r in reservations if r.end_s > start)
     times = itertools.islice(future.times, first, None)  # already in order: merged lazily, no copy
@@ -502,39 +590,162 @@ def earliest_start(
     request = pending.job.request
     if sums is None:
         sums = {}
-    previous = None
-    for time_s in heapq.merge([start], times, ends):
-        if time_s == previous:
-            continue
-        previous = time_s
-        upto = bisect.bisect_right(future.times, time_s, lo=index)
-        if upto - index > JUMP:
-            state = future.after(upto)  # many releases at once (overdue jobs all end "now"): one sum
-        else:
-            for release in future.ends[index:upto]:
-                for placement in release.placements:
-                    state.release(placement)
-        index = upto
-        overlapping = tuple(i for i, r in enumerate(reservations) if r.overlaps(time_s, time_s + run_s))
-        if not overlapping:
-            view = state
-        else:
-            held = sums.get(overlapping)
+    candidates = _distinct(heapq.merge([start], times, ends))
+    rooms: _Rooms | None = None
+    overlaps = _Overlaps(reservations, run_s)
+    size = SCAN_FIRST
+    while chunk := list(itertools.islice(candidates, size)):
+        uptos = [bisect.bisect_right(future.times, time_s, lo=index) for time_s in chunk]
+        helds = [_summed(sums, reservations, overlapping) for overlapping in overlaps.of(chunk)]
+        if size == SCAN_CHUNK and rooms is None:
+            rooms = _Rooms.of(future, placer.allowed, request)
+        enough = None if rooms is None else rooms.enough(uptos, helds, need)
+        size = SCAN_CHUNK
+        for j, time_s in enumerate(chunk):
+            if enough is not None and not enough[j]:
+                continue  # fewer tasks fit than the job has, counted on every candidate at once
+            upto, held = uptos[j], helds[j]
+            if upto - index > JUMP:
+                state = future.after(upto)  # many releases at once (overdue jobs all end "now"): one sum
+            else:
+                for release in future.ends[index:upto]:
+                    for placement in release.placements:
+                        state.release(placement)
+            index = upto
             if held is None:
-                held = sums[overlapping] = functools.reduce(
-                    operator.add, (reservations[i].held for i in overlapping)
-                )
-            if state.mig is None and _room_less(state, held, placer.allowed, request) < need:
-                continue  # the view would not hold the job: not worth building (most candidate times)
-            view = without_held(state, held)
-        if _room(view, placer.allowed, request) < need:
-            continue
-        with ctx.viewing(view):
-            placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
-        if status.ok or len(placed) >= need:
-            held = ctx.state.held(placed)
-            return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), held)
+                view = state
+            else:
+                if (
+                    enough is None
+                    and state.mig is None
+                    and _room_less(state, held, placer.allowed, request) < need
+                ):
+                    continue  # the view would not hold the job: not worth building (most candidate times)
+                view = without_held(state, held)
+            if _room(view, placer.allowed, request) < need:
+                continue
+            with ctx.viewing(view):
+                placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
+            if status.ok or len(placed) >= need:
+                taken = ctx.state.held(placed)
+                return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), taken)
     return None
+
+
+SCAN_FIRST = 4
+"""Candidate times a search first tries one by one: many searches end there, before a vectorised
+count (and the plan's per-GPU sums it needs) would pay for itself."""
+SCAN_CHUNK = 16
+"""Candidate times a search then counts room at in one vectorised step."""
+
+
+def _distinct(times: Iterator[float]) -> Iterator[float]:
+    """``times`` (in order) without repeats."""
+    previous = None
+    for time_s in times:
+        if time_s != previous:
+            previous = time_s
+            yield time_s
+
+
+def _summed(
+    sums: dict[tuple[int, ...], Held], reservations: Sequence[Reservation], overlapping: tuple[int, ...]
+) -> Held | None:
+    """The summed holdings of the reservations ``overlapping`` (by index; kept in ``sums``), None if none."""
+    if not overlapping:
+        return None
+    held = sums.get(overlapping)
+    if held is None:
+        held = sums[overlapping] = functools.reduce(operator.add, (reservations[i].held for i in overlapping))
+    return held
+
+
+class _Overlaps:
+    """Which reservations a run of ``run_s`` from each candidate time overlaps, for many times at once."""
+
+    def __init__(self, reservations: Sequence[Reservation], run_s: float) -> None:
+        self.reservations = reservations
+        self.run_s = run_s
+        count = len(reservations)
+        self._vector = 0 < count <= 62  # a bit per reservation in an int64
+        if self._vector:
+            self._starts = np.array([r.start_s for r in reservations])
+            self._ends = np.array([r.end_s for r in reservations])
+            self._bits = np.left_shift(1, np.arange(count, dtype=np.int64))
+        self._subsets: dict[int, tuple[int, ...]] = {}
+
+    def of(self, times: list[float]) -> list[tuple[int, ...]]:
+        """For each time, the indices of the reservations overlapping [time, time + run_s) in order
+        (as :meth:`Reservation.overlaps` says: the same float sums, elementwise)."""
+        if not self._vector or len(times) <= SCAN_FIRST:
+            return [
+                tuple(i for i, r in enumerate(self.reservations) if r.overlaps(t, t + self.run_s))
+                for t in times
+            ]
+        column = np.array(times)[:, None]
+        hits = (self._starts < column + self.run_s) & (column < self._ends)
+        subsets = self._subsets
+        found = []
+        for mask in (hits @ self._bits).tolist():
+            subset = subsets.get(mask)
+            if subset is None:
+                subset = subsets[mask] = tuple(i for i in range(len(self._bits)) if mask >> i & 1)
+            found.append(subset)
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Rooms:
+    """:func:`_room_less` at many candidate times at once, from the plan's cumulative per-GPU and per-node
+    releases: what the scan's own state would hold after each candidate's releases, less its holdings."""
+
+    state: WorkingState
+    gpu: IntArray
+    """Milli-GPU released per GPU after the first k releases, for every k: (releases + 1, nodes, GPUs)."""
+    cpu: IntArray
+    memory: IntArray
+    allowed: BoolArray
+    request: TaskRequest
+
+    @classmethod
+    def of(cls, future: Future, allowed: BoolArray, request: TaskRequest) -> _Rooms | None:
+        """None where it does not apply (MIG, a request of no GPU, or a plan too long to sum up front)."""
+        state = future.state
+        if state.mig is not None or not (request.whole_gpus or request.is_fractional):
+            return None
+        gpu = future.plan.cumulative_gpu(state.gpu_free.shape)
+        matrices = future.plan.cumulative(len(state.nodes))
+        if gpu is None or matrices is None:
+            return None
+        return cls(state, gpu, matrices[1], matrices[2], allowed, request)
+
+    def enough(self, uptos: list[int], helds: list[Held | None], need: int) -> list[bool]:
+        """For each candidate (releases so far, holdings it overlaps): whether :func:`_room_less`
+        (``_room``'s upper bound, without pods, where nothing is held) reaches ``need``."""
+        state, request, ks = self.state, self.request, np.array(uptos, dtype=np.int64)
+        free = state.gpu_free + self.gpu[ks]
+        cpu = state.cpu_free + self.cpu[ks] if request.cpu_milli else None
+        memory = state.memory_free + self.memory[ks] if request.memory_mib else None
+        groups: dict[int, tuple[Held, list[int]]] = {}
+        for j, held in enumerate(helds):
+            if held is not None:
+                groups.setdefault(id(held), (held, []))[1].append(j)
+        for held, rows in groups.values():  # a few distinct sets of reservations per chunk
+            free[rows] -= held.gpu
+            if cpu is not None:
+                cpu[rows] -= held.cpu
+            if memory is not None:
+                memory[rows] -= held.memory
+        if request.whole_gpus:
+            cap = np.add.reduce(free == MILLI_PER_GPU, axis=2, dtype=np.int64) // request.whole_gpus
+        else:
+            cap = np.add.reduce(np.maximum(free, 0) // request.gpu_milli, axis=2)
+        if cpu is not None:
+            cap = np.minimum(cap, np.maximum(cpu, 0) // request.cpu_milli)
+        if memory is not None:
+            cap = np.minimum(cap, np.maximum(memory, 0) // request.memory_mib)
+        rooms = np.add.reduce(cap[:, self.allowed], axis=1)
+        return (rooms >= need).tolist()  # type: ignore[no-any-return]
 
 
 def _first_fit(future: Future, need: int, placer: Placer, request: TaskRequest) -> int | None:
@@ -585,3 +796,93 @@ def _task_cap(
         memory = (state.memory_free + memories) // request.memory_mib
         cap = memory if cap is None else np.minimum(cap, memory)
     return cap
+
+
+@dataclass(frozen=True, slots=True)
+class _Searched:
+    """One search's inputs (see :class:`SearchMemo`) and what it found."""
+
+    job: Job
+    key: tuple[object, ...]
+    now: float | None
+    """The time now when the search's first candidate was now (it then depends on it), else None."""
+    found: Reservation | None
+
+
+class SearchMemo:
+    """Each waiting job's last reservation search, reused while nothing the search reads has changed.
+
+    :func:`earliest_start` is a pure function of the job, its run time, its allowed nodes, the
+    cycle's free resources when it runs, the release plan, the reservations made before it in
+    the cycle and, only when its first candidate is now (the job may fit by count without any
+    release), the time now; placing a task reads the view alone when every score does
+    (:attr:`Placer.pure`). When a queue is long, most cycles are arrivals that change none of
+    these for the jobs that reserve: their searches are then skipped, and the reservation is
+    the one a fresh search finds. Entries live one cycle past their job's last search.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, _Searched] = {}
+        self._this: dict[str, _Searched] = {}
+        self.reused = 0
+        self.searched = 0
+
+    def next_cycle(self) -> None:
+        """Start a cycle: searches of the last cycle may be reused, older ones are dropped."""
+        self._last, self._this = self._this, {}
+
+    def earliest_start(
+        self,
+        pending: PendingJob,
+        run_s: float,
+        *,
+        ctx: CycleContext,
+        future: Future,
+        reservations: Sequence[Reservation],
+        placer: Placer,
+        sums: dict[tuple[int, ...], Held] | None = None,
+    ) -> Reservation | None:
+        """:func:`earliest_start`, or the last cycle's answer for this job when its inputs are equal."""
+        state = future.state
+        if pending.bound or state.mig is not None or not placer.pure:
+            return earliest_start(
+                pending, run_s, ctx=ctx, future=future, reservations=reservations, placer=placer, sums=sums
+            )
+        key = (
+            run_s,
+            state.nodes,
+            placer.allowed.tobytes(),
+            _state_bytes(state),
+            future.plan.fingerprint(),
+            tuple((r.start_s, r.end_s, r.placements) for r in reservations),
+        )
+        job = pending.job
+        last = self._last.get(job.id)
+        if last is not None and last.job is job and last.key == key and last.now in (None, ctx.now):
+            self._this[job.id] = last
+            self.reused += 1
+            return last.found
+        self.searched += 1
+        first = _first_fit(future, pending.tasks_left, placer, job.request)
+        found = None
+        if first is not None:
+            found = _scan(
+                pending,
+                run_s,
+                first,
+                ctx=ctx,
+                future=future,
+                reservations=reservations,
+                placer=placer,
+                sums=sums,
+            )
+        self._this[job.id] = _Searched(job, key, ctx.now if first == 0 else None, found)
+        return found
+
+
+def _state_bytes(state: WorkingState) -> bytes:
+    """The free resources a search reads (whole-GPU counts and shares follow from ``gpu_free``)."""
+    parts = [state.gpu_free.tobytes(), state.cpu_free.tobytes(), state.memory_free.tobytes()]
+    if state.pods_free is not None:
+        parts.append(state.pods_free.tobytes())
+    return b"".join(parts)

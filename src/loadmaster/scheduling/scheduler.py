@@ -15,7 +15,7 @@ from loadmaster.scheduling.actions import admit, allocate, backfill, preempt
 from loadmaster.scheduling.decisions import Bind, CycleResult
 from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
-from loadmaster.scheduling.reservation import ReleaseBook, Reservation
+from loadmaster.scheduling.reservation import ReleaseBook, Reservation, SearchMemo
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import SUCCESS, Status, unresolvable
@@ -58,6 +58,7 @@ class Scheduler:
         self._verdict_classes: list[tuple[Hashable, int]] = []
         self._flat: dict[int, Any] = {}
         self._book = ReleaseBook()
+        self._searches = SearchMemo()
         self._commits = any(p.commits_head for p in profile.order)
         self._heads: dict[str, str] = {}
         self._promised: dict[str, Reservation] = {}
@@ -87,6 +88,11 @@ class Scheduler:
         finally:
             if enabled:
                 gc.enable()
+
+    @property
+    def search_counts(self) -> tuple[int, int]:
+        """Backfill reservation searches made so far, and those answered from the last cycle's."""
+        return self._searches.searched, self._searches.reused
 
     def _cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         self._trim(snapshot)
@@ -152,6 +158,7 @@ class Scheduler:
             verdict_classes=self._verdict_classes,
             flat_placements=self._flat,
             release_book=self._book,
+            searches=self._searches,
         )
 
     def _ordered(self, pending: Collection[PendingJob], ctx: CycleContext) -> Collection[PendingJob]:

@@ -55,6 +55,8 @@ class Session:
     replaced by the backfill walk (see actions.promise)."""
     release_book: Any = None
     """Running jobs' releases kept across cycles (reservation.ReleaseBook), or None."""
+    searches: Any = None
+    """The last cycle's reservation searches (reservation.SearchMemo), kept across cycles, or None."""
     allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)
     """Allowed nodes per job shape, for this cycle (filters do not read free resources)."""
     admit_keys: dict[str, tuple[Job, Hashable | None]] = field(default_factory=dict)

@@ -28,6 +28,7 @@ from loadmaster.scheduling.reservation import (
     ReleaseBook,
     ReleasePlan,
     Reservation,
+    SearchMemo,
     earliest_start,
     releases,
     without,
@@ -237,6 +238,8 @@ def run(session: Session) -> None:
     first, so that no later job takes what they need; then the queue in order.
     """
     walk = _Walk(session)
+    if isinstance(session.searches, SearchMemo):
+        session.searches.next_cycle()
     starving = sorted(
         (p for p in session.queue if p.job.id not in session.bound and walk.plugin.starving(p, session.ctx)),
         key=lambda p: (p.job.submit_s, p.job.id),
@@ -266,7 +269,8 @@ def _reserve(
     if isinstance(allowed, Status):
         return allowed
     placer = Placer(allowed, scoring, session.profile.place_gang)
-    found = earliest_start(
+    search = session.searches.earliest_start if isinstance(session.searches, SearchMemo) else earliest_start
+    found = search(
         pending, run_s, ctx=session.ctx, future=future, reservations=reservations, placer=placer, sums=sums
     )
     found = keep_promise(session, pending, found, run_s=run_s, future=future, reservations=reservations)

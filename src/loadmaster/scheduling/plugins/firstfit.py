@@ -16,6 +16,8 @@ class FirstFit(ScorePlugin):
     """
 
     name = "first-fit"
+    pure = True
+    """The score depends on the node's index alone."""
 
     def __init__(self, args: object | None = None) -> None:
         super().__init__(args)
