@@ -33,14 +33,8 @@ NOT_BENCHMARKS = {
 
 # Results written before the stamp existed and not yet rerun, each with why and the command that
 # restamps it. Remove an entry when its file is rerun; the test then requires the stamp.
-_EXPENSIVE = "more than 10 minutes on the 2-core machine"
 _TIMED = "its targets are timings: rerun on a quiet machine, not beside other work"
 PENDING: dict[str, tuple[str, str]] = {
-    "sim_throughput.json": (
-        _EXPENSIVE,
-        "python benchmarks/sim_throughput.py --loads 1.1 --timeout 120 --workers 2 "
-        "--out benchmarks/results/sim_throughput.json",
-    ),
     "cycle_latency.json": (_TIMED, "python benchmarks/cycle_latency.py --cycles 100 --seed 5"),
     "peer_speed.json": (_TIMED, "python benchmarks/peer_speed.py --repeats 3"),
 }
