@@ -31,14 +31,6 @@ NOT_BENCHMARKS = {
     "dashboard_live.py": "the live row of dashboard_scale.py, which writes the results",
 }
 
-# Results written before the stamp existed and not yet rerun, each with why and the command that
-# restamps it. Remove an entry when its file is rerun; the test then requires the stamp.
-_TIMED = "its targets are timings: rerun on a quiet machine, not beside other work"
-PENDING: dict[str, tuple[str, str]] = {
-    "cycle_latency.json": (_TIMED, "python benchmarks/cycle_latency.py --cycles 100 --seed 5"),
-    "peer_speed.json": (_TIMED, "python benchmarks/peer_speed.py --repeats 3"),
-}
-
 
 def _results_io() -> ModuleType:
     spec = importlib.util.spec_from_file_location("results_io", BENCHMARKS / "results_io.py")
@@ -51,20 +43,8 @@ def _results_io() -> ModuleType:
 @pytest.mark.parametrize("path", sorted(RESULTS.glob("*.json")), ids=lambda p: p.name)
 def test_every_committed_result_is_stamped(path: Path) -> None:
     result = json.loads(path.read_text(encoding="utf-8"))
-    if path.name in PENDING and "tree_clean" not in result:
-        why, command = PENDING[path.name]
-        pytest.xfail(f"written before the stamp ({why}); rerun with: {command}")
     assert COMMIT.fullmatch(str(result.get("commit"))), f"{path.name}: commit {result.get('commit')!r}"
     assert isinstance(result.get("tree_clean"), bool), f"{path.name}: tree_clean {result.get('tree_clean')!r}"
-
-
-def test_pending_lists_only_files_still_unstamped() -> None:
-    missing = sorted(name for name in PENDING if not (RESULTS / name).exists())
-    assert not missing, f"PENDING names results that are not committed: {missing}"
-    stamped = sorted(
-        name for name in PENDING if "tree_clean" in json.loads((RESULTS / name).read_text(encoding="utf-8"))
-    )
-    assert not stamped, f"rerun and stamped, remove from PENDING: {stamped}"
 
 
 @pytest.mark.parametrize(
