@@ -36,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from loadmaster.config import load_profiles
 from loadmaster.model import (
@@ -57,6 +58,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "cycle_latency.json"
 TARGET_P99_MS = 100.0
 PROFILES = ("sds", "nsml", "slurm")
 BASELINE = "fifo"
+IntArray = npt.NDArray[np.int64]
 H100 = ResourceType("a100-80gb-ib", "A100-SXM4-80GB", 81920, 12_000, 122_880, "infiniband")
 
 
@@ -118,19 +120,24 @@ def snapshot(nodes: NodeTable, running: int, pending: int, seed: int) -> tuple[C
         ),
         key=lambda p: (p.job.submit_s, p.job.id),
     )
-    base = ClusterSnapshot.empty(nodes, waiting)
+    return with_free(ClusterSnapshot.empty(nodes, waiting), gpu, cpu, memory, held), now
+
+
+def with_free(
+    snap: ClusterSnapshot, gpu: IntArray, cpu: IntArray, memory: IntArray, running: list[RunningJob]
+) -> ClusterSnapshot:
+    """``snap`` with these free resources (and the GPU summaries derived from them) and running jobs."""
     whole, largest, total = gpu_summary(gpu)
-    snap = replace(
-        base,
+    return replace(
+        snap,
         gpu_free_milli=gpu,
         cpu_free_milli=cpu,
         memory_free_mib=memory,
         whole_free=whole,
         largest_share=largest,
         free_milli=total,
-        running=held,
+        running=running,
     )
-    return snap, now
 
 
 def ended(snap: ClusterSnapshot, k: int) -> ClusterSnapshot:
@@ -143,17 +150,7 @@ def ended(snap: ClusterSnapshot, k: int) -> ClusterSnapshot:
         gpu[p.node, list(p.gpu_indices)] += p.gpu_milli
         cpu[p.node] += p.cpu_milli
         memory[p.node] += p.memory_mib
-    whole, largest, total = gpu_summary(gpu)
-    return replace(
-        snap,
-        gpu_free_milli=gpu,
-        cpu_free_milli=cpu,
-        memory_free_mib=memory,
-        whole_free=whole,
-        largest_share=largest,
-        free_milli=total,
-        running=running,
-    )
+    return with_free(snap, gpu, cpu, memory, running)
 
 
 def timed(name: str, snaps: list[ClusterSnapshot], now: float) -> tuple[list[float], object]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from app_server import free_port
 
@@ -105,6 +106,30 @@ def start_serve(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
         )  # fmt: skip
     wait_until(lambda: httpx.get(f"{url}/api/health").json()["ok"], "serve to answer")
     return process, url
+
+
+def wait_for_labelled_gpus(prometheus: str, count: int) -> None:
+    """Wait until Prometheus holds ``count`` GPUs labelled with namespace team-a (the gang's pods)."""
+
+    def labelled() -> bool:
+        query = {"query": 'count(DCGM_FI_DEV_GPU_UTIL{namespace="team-a"})'}
+        result = httpx.get(f"{prometheus}/api/v1/query", params=query).json()["data"]["result"]
+        return bool(result) and float(result[0]["value"][1]) == count
+
+    wait_until(labelled, f"Prometheus to hold the {count} GPUs labelled with the gang's pods")
+
+
+def write_kubeconfig(folder: Path, server: str) -> Path:
+    """A kubeconfig for the API double at ``server``, written into ``folder``."""
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "d",
+        "clusters": [{"name": "d", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "d", "context": {"cluster": "d", "user": "u"}}],
+    }  # fmt: skip
+    path = folder / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    return path
 
 
 def stop(processes: Sequence[subprocess.Popen[bytes]]) -> None:

@@ -23,7 +23,9 @@ from live_stack import (
     start_prometheus,
     start_serve,
     stop,
+    wait_for_labelled_gpus,
     wait_until,
+    write_kubeconfig,
 )
 
 from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
@@ -77,19 +79,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     prometheus_process, prometheus = start_prometheus(binary, folder, [f"127.0.0.1:{agent_port}"])
     processes.append(prometheus_process)
 
-    def labelled() -> bool:
-        query = {"query": 'count(DCGM_FI_DEV_GPU_UTIL{namespace="team-a"})'}
-        result = httpx.get(f"{prometheus}/api/v1/query", params=query).json()["data"]["result"]
-        return bool(result) and float(result[0]["value"][1]) == 4
-
-    wait_until(labelled, "Prometheus to hold the four GPUs labelled with the gang's pods")
-    kubeconfig = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "d",
-        "clusters": [{"name": "d", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "d", "context": {"cluster": "d", "user": "u"}}],
-    }  # fmt: skip
-    (folder / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    wait_for_labelled_gpus(prometheus, 4)
+    write_kubeconfig(folder, api.url)  # type: ignore[attr-defined]
     (folder / "tokens.yaml").write_text(yaml.safe_dump({"tokens": [
         {"name": "olga", "sha256": hash_token(TOKEN)}, {"name": "team-a", "sha256": hash_token(USER_TOKEN)},
     ]}))  # fmt: skip

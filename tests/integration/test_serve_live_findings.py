@@ -16,7 +16,6 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from live_stack import (
@@ -26,7 +25,9 @@ from live_stack import (
     start_prometheus,
     start_serve,
     stop,
+    wait_for_labelled_gpus,
     wait_until,
+    write_kubeconfig,
 )
 
 from dashboard_browser import chromium, open_page
@@ -101,19 +102,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         prometheus_process, prometheus = start_prometheus(binary, folder, targets)
         processes.append(prometheus_process)
 
-        def labelled() -> bool:
-            query = {"query": 'count(DCGM_FI_DEV_GPU_UTIL{namespace="team-a"})'}
-            result = httpx.get(f"{prometheus}/api/v1/query", params=query).json()["data"]["result"]
-            return bool(result) and float(result[0]["value"][1]) == 16
-
-        wait_until(labelled, "Prometheus to hold the 16 GPUs labelled with the gang's pods")
-        kubeconfig = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "d",
-            "clusters": [{"name": "d", "cluster": {"server": api.url}}],  # type: ignore[attr-defined]
-            "users": [{"name": "u", "user": {}}],
-            "contexts": [{"name": "d", "context": {"cluster": "d", "user": "u"}}],
-        }  # fmt: skip
-        (folder / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        wait_for_labelled_gpus(prometheus, 16)
+        write_kubeconfig(folder, api.url)  # type: ignore[attr-defined]
         (folder / "tokens.yaml").write_text(
             yaml.safe_dump({"tokens": [{"name": "team-a", "sha256": hash_token(USER_TOKEN)}]})
         )
