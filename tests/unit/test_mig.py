@@ -190,7 +190,12 @@ def small_job(request: TaskRequest, pool: str = "p", tasks: int = 1) -> TraceJob
     ("request_", "pool", "tasks", "expected"),
     [
         (TaskRequest(1000, gpu_memory_mib=8_000), "p", 1, "1g.10gb"),
-        (TaskRequest(1000, gpu_memory_mib=10_240), "p", 1, "1g.10gb"),  # "10 GB or less" (MISSION.md)
+        (
+            TaskRequest(1000, gpu_memory_mib=10_240),
+            "p",
+            1,
+            "1g.10gb",
+        ),  # "10 GB or less" (docs/design-principles.md)
         (TaskRequest(1000, gpu_memory_mib=10_241), "p", 1, "2g.20gb"),
         (TaskRequest(1000, gpu_memory_mib=30_000), "p", 1, "3g.40gb"),
         (TaskRequest(1000, gpu_memory_mib=50_000), "p", 1, None),  # no profile of the layout holds it

@@ -232,7 +232,8 @@ GPU memory (Run:ai's dynamic MIG asks for memory and gets the smallest fitting s
 
 MIB_PER_PROFILE_GB = 1024
 """MiB per GB of a profile's name: ``1g.10gb`` holds a 10 GiB (10,240 MiB) need. The names are
-nominal (a 1g.10gb has about 9.75 GiB usable); MISSION.md's rule "jobs of 10 GB or less" counts so."""
+nominal (a 1g.10gb has about 9.75 GiB usable); the rule "jobs of 10 GB or less" of
+docs/design-principles.md counts so."""
 
 
 def smallest_fitting(model: MigModel, layout: Iterable[MigInstance], memory_mib: int) -> str | None:
