@@ -30,17 +30,8 @@ from loadmaster.scheduling.reservation import (
     earliest_start,
 )
 from loadmaster.scheduling.state import Held, WorkingState
+from reservation_strategies import NODES, placements
 
-NODES = a_cluster().nodes(4, gpus=4).build()
-
-_placement = st.builds(
-    TaskPlacement,
-    node=st.integers(0, 3),
-    gpu_indices=st.lists(st.integers(0, 3), min_size=0, max_size=3, unique=True).map(tuple),
-    gpu_milli=st.sampled_from([250, 500, 1000]),
-    cpu_milli=st.integers(0, 3000),
-    memory_mib=st.integers(0, 9000),
-)
 _gpu_request = st.one_of(
     st.builds(
         TaskRequest,
@@ -61,10 +52,10 @@ def _state(taken: list[TaskPlacement]) -> WorkingState:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    taken=st.lists(_placement, max_size=8),
-    ends=st.lists(st.lists(_placement, min_size=1, max_size=3).map(tuple), max_size=6),
+    taken=st.lists(placements, max_size=8),
+    ends=st.lists(st.lists(placements, min_size=1, max_size=3).map(tuple), max_size=6),
     candidates=st.lists(
-        st.tuples(st.integers(0, 6), st.one_of(st.none(), st.lists(_placement, max_size=4))),
+        st.tuples(st.integers(0, 6), st.one_of(st.none(), st.lists(placements, max_size=4))),
         min_size=1,
         max_size=6,
     ),

@@ -12,21 +12,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import a_cluster
 from loadmaster.model import ClusterSnapshot, TaskPlacement, TaskRequest
 from loadmaster.scheduling.reservation import Release, ReleasePlan, _room, _room_less, without_held
 from loadmaster.scheduling.state import WorkingState
+from reservation_strategies import NODES, placements
 
-NODES = a_cluster().nodes(4, gpus=4).build()
-
-_placement = st.builds(
-    TaskPlacement,
-    node=st.integers(0, 3),
-    gpu_indices=st.lists(st.integers(0, 3), min_size=0, max_size=3, unique=True).map(tuple),
-    gpu_milli=st.sampled_from([250, 500, 1000]),
-    cpu_milli=st.integers(0, 3000),
-    memory_mib=st.integers(0, 9000),
-)
 _request = st.one_of(
     st.builds(
         TaskRequest, gpu_milli=st.sampled_from([1000, 2000, 4000]), cpu_milli=st.sampled_from([0, 500])
@@ -45,8 +35,8 @@ def _state(taken: list[TaskPlacement]) -> WorkingState:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    taken=st.lists(_placement, max_size=8),
-    held=st.lists(_placement, max_size=6),
+    taken=st.lists(placements, max_size=8),
+    held=st.lists(placements, max_size=6),
     request=_request,
     allowed=st.lists(st.booleans(), min_size=4, max_size=4),
 )
@@ -61,7 +51,7 @@ def test_room_less_equals_room_of_the_built_view(
 
 @settings(max_examples=100, deadline=None)
 @given(
-    ends=st.lists(st.lists(_placement, min_size=1, max_size=3).map(tuple), max_size=6), k=st.integers(0, 6)
+    ends=st.lists(st.lists(placements, min_size=1, max_size=3).map(tuple), max_size=6), k=st.integers(0, 6)
 )
 def test_per_node_release_sums_match_the_rows(ends: list[tuple[TaskPlacement, ...]], k: int) -> None:
     plan = ReleasePlan([Release(float(i), p) for i, p in enumerate(ends)], {})
@@ -94,7 +84,7 @@ def _rows(plan: ReleasePlan) -> tuple[list[float], list[list[int]], list[list[in
         min_size=1,
         max_size=6,
     ),
-    placements=st.lists(st.lists(_placement, min_size=1, max_size=3).map(tuple), min_size=12, max_size=12),
+    placements=st.lists(st.lists(placements, min_size=1, max_size=3).map(tuple), min_size=12, max_size=12),
     starts=st.lists(st.sampled_from([0.0, 5.0, 10.0]), min_size=12, max_size=12),
     limits=st.lists(st.sampled_from([10.0, 20.0, 40.0]), min_size=12, max_size=12),
 )
