@@ -909,6 +909,11 @@ class SearchMemo:
         if last is not None and last.job is job and last.key[:3] == key[:3]:
             settled = _settled(last, future, free=free, now=ctx.now, booked=key[5], tails=self._tails)
             self.settled += settled is not None
+        if settled is not None and _no_room_until(
+            future, settled[0], pending.tasks_left, placer, job.request
+        ):
+            self._this[job.id] = _Searched(job, key, None, settled[1], future.plan, free)
+            return settled[1]  # the first candidate is after the last change: the last answer holds
         first = _first_fit(future, pending.tasks_left, placer, job.request)
         found = None
         if settled is not None and (first is None or (first and future.times[first - 1] > settled[0])):
@@ -927,6 +932,17 @@ class SearchMemo:
             )
         self._this[job.id] = _Searched(job, key, ctx.now if first == 0 else None, found, future.plan, free)
         return found
+
+
+def _no_room_until(future: Future, until: float, need: int, placer: Placer, request: TaskRequest) -> bool:
+    """Whether the job's first candidate (see :func:`_first_fit`) is after ``until``, or it has none,
+    known from the count at ``until`` alone: the count only grows with the releases, so when it is
+    short after the releases up to ``until``, it is short before. False when that is not known
+    cheaply (a fractional request counts on built states) or the count there suffices."""
+    if request.is_fractional:
+        return False
+    k = bisect.bisect_right(future.times, until)
+    return future.room_at_most(k, placer.allowed, request) < need
 
 
 Booked = tuple[tuple[float, float, tuple[TaskPlacement, ...]], ...]
