@@ -825,6 +825,10 @@ def _task_cap(
     return cap
 
 
+Booked = tuple[tuple[float, float, tuple[TaskPlacement, ...]], ...]
+"""Reservations as a search reads them: start, end and placements of each, in the walk's order."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Searched:
     """One search's inputs (see :class:`SearchMemo`) and what it found."""
@@ -838,6 +842,8 @@ class _Searched:
     free: tuple[IntArray, IntArray, IntArray] | None
     """The free GPU, CPU and memory the search read (None where a state has task slots: see
     :func:`_settled`)."""
+    booked: Booked
+    """The reservations made before it in its cycle."""
 
 
 class SearchMemo:
@@ -861,9 +867,9 @@ class SearchMemo:
         self.reused = 0
         self.searched = 0
         self.settled = 0
+        """Searches that tried only the candidates up to the last change (see :func:`_settled`)."""
         self._tails: dict[tuple[int, int], tuple[ReleasePlan, ReleasePlan, int]] = {}
         """Common tails of the plans compared in this cycle (see :func:`_common_tail`)."""
-        """Searches that tried only the candidates up to the last change (see :func:`_settled`)."""
 
     def next_cycle(self) -> None:
         """Start a cycle: searches of the last cycle may be reused, older ones are dropped."""
@@ -887,13 +893,14 @@ class SearchMemo:
             return earliest_start(
                 pending, run_s, ctx=ctx, future=future, reservations=reservations, placer=placer, sums=sums
             )
+        booked: Booked = tuple((r.start_s, r.end_s, r.placements) for r in reservations)
         key = (
             run_s,
             state.nodes,
             placer.allowed.tobytes(),
             _state_bytes(state),
             future.plan.fingerprint(),
-            tuple((r.start_s, r.end_s, r.placements) for r in reservations),
+            booked,
         )
         job = pending.job
         last = self._last.get(job.id)
@@ -907,12 +914,12 @@ class SearchMemo:
             free = (state.gpu_free.copy(), state.cpu_free.copy(), state.memory_free.copy())
         settled = None
         if last is not None and last.job is job and last.key[:3] == key[:3]:
-            settled = _settled(last, future, free=free, now=ctx.now, booked=key[5], tails=self._tails)
+            settled = _settled(last, future, free=free, now=ctx.now, booked=booked, tails=self._tails)
             self.settled += settled is not None
         if settled is not None and _no_room_until(
             future, settled[0], pending.tasks_left, placer, job.request
         ):
-            self._this[job.id] = _Searched(job, key, None, settled[1], future.plan, free)
+            self._this[job.id] = _Searched(job, key, None, settled[1], future.plan, free, booked)
             return settled[1]  # the first candidate is after the last change: the last answer holds
         first = _first_fit(future, pending.tasks_left, placer, job.request)
         found = None
@@ -930,7 +937,9 @@ class SearchMemo:
                 sums=sums,
                 settled=settled,
             )
-        self._this[job.id] = _Searched(job, key, ctx.now if first == 0 else None, found, future.plan, free)
+        self._this[job.id] = _Searched(
+            job, key, ctx.now if first == 0 else None, found, future.plan, free, booked
+        )
         return found
 
 
@@ -943,10 +952,6 @@ def _no_room_until(future: Future, until: float, need: int, placer: Placer, requ
         return False
     k = bisect.bisect_right(future.times, until)
     return future.room_at_most(k, placer.allowed, request) < need
-
-
-Booked = tuple[tuple[float, float, tuple[TaskPlacement, ...]], ...]
-"""Reservations as a search reads them: start, end and placements of each, in the walk's order."""
 
 
 def _settled(
@@ -981,10 +986,8 @@ def _settled(
         settled = max(settled, new_plan.times[new_k - 1])
     if old_k:
         settled = max(settled, old_plan.times[old_k - 1])
-    old_booked = last.key[5]
-    assert isinstance(old_booked, tuple)
-    if old_booked != booked:
-        changed = collections.Counter(old_booked)
+    if last.booked != booked:
+        changed = collections.Counter(last.booked)
         changed.subtract(booked)
         settled = max([settled, *(entry[1] for entry, count in changed.items() if count)])
     found = last.found
