@@ -41,7 +41,11 @@ def main() -> None:
     # getattr: the script also times older code (before the memo) for before/after tables
     searched, reused = getattr(scheduler, "search_counts", (0, 0))
     if searched or reused:
-        print(f"reservation searches: {searched} made, {reused} answered from the last cycle's")
+        settled = getattr(scheduler, "settled_searches", 0)
+        print(
+            f"reservation searches: {searched} made, {reused} answered from the last cycle's, "
+            f"{settled} of those made tried only the times up to the last change"
+        )
     if args.no_profile:
         return
     profiler = cProfile.Profile()

@@ -17,6 +17,7 @@ from loadmaster.model import ClusterSnapshot, PendingJob, TaskPlacement, TaskReq
 from loadmaster.scheduling.framework import CycleContext
 from loadmaster.scheduling.placement import Scoring
 from loadmaster.scheduling.plugins.binpack import BinPack
+from loadmaster.scheduling.plugins.firstfit import FirstFit
 from loadmaster.scheduling.reservation import (
     Future,
     Placer,
@@ -159,3 +160,151 @@ def test_search_memo_answers_a_repeated_search_as_a_fresh_search_and_searches_ag
     changed.cpu_free[0] -= 1  # any change to the free resources: searched again
     other, fresh = search(10.0, changed)
     assert _same(other, fresh) and memo.searched == 2
+
+
+_Running = list[tuple[float, tuple[TaskPlacement, ...]]]
+"""Running jobs as (expected end, placements)."""
+
+
+def _take_if_free(state: WorkingState, placement: TaskPlacement) -> bool:
+    """Take ``placement`` on ``state`` if it fits there (False, and nothing taken, if not)."""
+    row = state.gpu_free[placement.node]
+    fits = (
+        all(row[g] >= placement.gpu_milli for g in placement.gpu_indices)
+        and state.cpu_free[placement.node] >= placement.cpu_milli
+        and state.memory_free[placement.node] >= placement.memory_mib
+    )
+    if fits:
+        state.take(placement)
+    return fits
+
+
+def _on_free_gpus(state: WorkingState, node: int, gpus: int) -> TaskPlacement | None:
+    """A task of ``gpus`` whole GPUs on the first free GPUs of ``node``, taken; None if too few are free."""
+    free = [g for g in range(state.gpu_free.shape[1]) if state.gpu_free[node, g] == 1000][:gpus]
+    if len(free) < gpus:
+        return None
+    placement = TaskPlacement(node, tuple(free), 1000, 0, 0)
+    state.take(placement)
+    return placement
+
+
+_Step = tuple[int, list[int], tuple[int, int, int, bool] | None, list[bool]]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    drawn=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(1, 4), st.integers(1, 40)), min_size=6, max_size=14
+    ),
+    shared=st.lists(placements, max_size=3),
+    booked=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 20), placements), max_size=3),
+    steps=st.lists(
+        st.tuples(
+            st.integers(0, 6),  # time passes
+            st.lists(st.integers(0, 9), max_size=1),  # a running job that ends (by position)
+            st.one_of(  # a task that starts on free GPUs: node, GPUs, time limit, and whether it
+                st.none(),  # is a gang's first task (it holds GPUs but has no expected end yet)
+                st.tuples(st.integers(0, 3), st.integers(1, 4), st.integers(1, 40), st.booleans()),
+            ),
+            st.lists(st.booleans(), max_size=3),  # reservations kept (the rest are dropped)
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    shape=st.sampled_from([(4.0, 1), (4.0, 2), (4.0, 3), (2.0, 3), (1.0, 6), (0.5, 5)]),
+    run_s=st.sampled_from([3.0, 10.0, 25.0]),
+    first_fit=st.booleans(),
+)
+def test_search_memo_answers_as_a_fresh_search_when_part_of_the_future_changed(
+    drawn: list[tuple[int, int, int]],
+    shared: list[TaskPlacement],
+    booked: list[tuple[int, int, TaskPlacement]],
+    steps: list[_Step],
+    shape: tuple[float, int],
+    run_s: float,
+    first_fit: bool,
+) -> None:
+    """Jobs end (early or not) and start, tasks bind, reservations are dropped and time passes
+    between cycles: the memo, which reuses the last answer for the part of the future that did
+    not change, answers as a fresh search does at every cycle."""
+    state = WorkingState.from_snapshot(ClusterSnapshot.empty(NODES))
+    running: _Running = []
+    for node, gpus, limit_s in drawn:  # whole GPUs, so that the cluster is often full
+        placement = _on_free_gpus(state, node, gpus)
+        if placement is not None:
+            running.append((float(limit_s), (placement,)))
+    for placement in shared:  # and some shared GPUs, CPU and memory
+        if _take_if_free(state, placement):
+            running.append((float(placement.cpu_milli % 40 + 1), (placement,)))
+    reservations = [
+        Reservation(f"r{i}", float(s), float(s + d), (p,), state.held([p]))
+        for i, (s, d, p) in enumerate(booked)
+    ]
+    pending = PendingJob(a_job("waiting").gpus(shape[0]).tasks(shape[1]).limit(run_s).build())
+    score = FirstFit() if first_fit else BinPack()
+    placer = Placer(np.ones(len(NODES), dtype=bool), Scoring(((score, 1.0),)), None)
+    memo = SearchMemo()
+    now = 0.0
+    first: _Step = (0, [], None, [True] * len(booked))
+    for passed, ended, started, kept in [first, *steps]:
+        now += passed
+        for position in {p % len(running) for p in ended} if running else ():
+            for placement in running.pop(position)[1]:
+                state.release(placement)
+        if started is not None:
+            node, gpus, limit_s, bound_only = started
+            placement = _on_free_gpus(state, node, gpus)
+            if placement is not None and not bound_only:
+                running.append((now + limit_s, (placement,)))
+        reservations = [r for r, keep in zip(reservations, kept, strict=False) if keep]
+        snapshot = ClusterSnapshot.empty(NODES)
+        ctx = CycleContext(now=now, rng=np.random.default_rng(0), snapshot=snapshot, state=state)
+        ends = sorted((Release(max(end, now), job) for end, job in running), key=lambda e: e.end_s)
+        future = Future(state, ReleasePlan(ends, {}))
+        memo.next_cycle()
+        got = memo.earliest_start(
+            pending, run_s, ctx=ctx, future=future, reservations=reservations, placer=placer
+        )
+        fresh = earliest_start(
+            pending, run_s, ctx=ctx, future=future, reservations=reservations, placer=placer
+        )
+        assert _same(got, fresh)
+
+
+def test_search_memo_searches_past_the_last_change_when_its_answer_came_before_it() -> None:
+    """The last answer (start now on node 0) is before the last change (a job started on node 0 that
+    ends at 20), and a reservation on node 0 from 25 keeps the job from starting at 20: a fresh
+    search finds 50, after the change, and so must the memo."""
+    state = WorkingState.from_snapshot(ClusterSnapshot.empty(NODES))
+    running: _Running = []
+    for node in (1, 2, 3):
+        placement = _on_free_gpus(state, node, 4)
+        assert placement is not None
+        running.append((100.0, (placement,)))
+    node0 = TaskPlacement(0, (0, 1, 2, 3), 1000, 0, 0)
+    reservations = [Reservation("other", 25.0, 50.0, (node0,), state.held([node0]))]
+    pending = PendingJob(a_job("waiting").gpus(4).limit(10.0).build())
+    placer = Placer(np.ones(len(NODES), dtype=bool), Scoring(((FirstFit(), 1.0),)), None)
+    memo = SearchMemo()
+    found = []
+    for now in (0.0, 1.0):
+        if now:
+            started = _on_free_gpus(state, 0, 4)
+            assert started is not None
+            running.append((20.0, (started,)))
+        ctx = CycleContext(
+            now=now, rng=np.random.default_rng(0), snapshot=ClusterSnapshot.empty(NODES), state=state
+        )
+        ends = sorted((Release(max(end, now), job) for end, job in running), key=lambda e: e.end_s)
+        future = Future(state, ReleasePlan(ends, {}))
+        memo.next_cycle()
+        got = memo.earliest_start(
+            pending, 10.0, ctx=ctx, future=future, reservations=reservations, placer=placer
+        )
+        fresh = earliest_start(
+            pending, 10.0, ctx=ctx, future=future, reservations=reservations, placer=placer
+        )
+        assert _same(got, fresh)
+        found.append(None if got is None else got.start_s)
+    assert found == [0.0, 50.0]

@@ -11,6 +11,7 @@ own run.
 from __future__ import annotations
 
 import bisect
+import collections
 import copy
 import functools
 import heapq
@@ -196,6 +197,7 @@ class ReleasePlan:
         ) = None
         self._fingerprint: PlanKey | None = None
         self._cumulative_gpu: IntArray | None = None
+        self._released: dict[int, tuple[IntArray, IntArray, IntArray]] = {}
 
     @classmethod
     def of(
@@ -215,6 +217,7 @@ class ReleasePlan:
         plan._cumulative = None
         plan._fingerprint = None
         plan._cumulative_gpu = None
+        plan._released = {}
         return plan
 
     def fingerprint(self) -> PlanKey:
@@ -240,6 +243,21 @@ class ReleasePlan:
                 np.bincount(n[:, 0], weights=n[:, 2], minlength=size).astype(np.int64),
             )
             self._per_node[k] = found
+        return found
+
+    def released(self, k: int, shape: tuple[int, ...]) -> tuple[IntArray, IntArray, IntArray]:
+        """Milli-GPU per GPU (``shape``: the state's GPU array), milli-CPU and MiB per node that the
+        first ``k`` releases give back (kept: a cycle's searches ask for the same few ``k``s)."""
+        found = self._released.get(k)
+        if found is None or found[0].shape != shape:
+            g, n = self.gpu[: self.gpu_upto[k]], self.node[: self.node_upto[k]]
+            gpu = np.zeros(shape, dtype=np.int64)
+            cpu = np.zeros(shape[0], dtype=np.int64)
+            memory = np.zeros(shape[0], dtype=np.int64)
+            np.add.at(gpu, (g[:, 0], g[:, 1]), g[:, 2])
+            np.add.at(cpu, n[:, 0], n[:, 1])
+            np.add.at(memory, n[:, 0], n[:, 2])
+            found = self._released[k] = (gpu, cpu, memory)
         return found
 
     def cumulative(
@@ -300,6 +318,7 @@ class ReleasePlan:
         merged._cumulative = None
         merged._fingerprint = None
         merged._cumulative_gpu = None
+        merged._released = {}
         everyone = [*self.ends, *extra]
         merged.ends = [everyone[i] for i in order]
         merged.times = [e.end_s for e in merged.ends]
@@ -579,8 +598,13 @@ def _scan(
     reservations: Sequence[Reservation],
     placer: Placer,
     sums: dict[tuple[int, ...], Held] | None,
+    settled: tuple[float, Reservation | None] | None = None,
 ) -> Reservation | None:
-    """:func:`earliest_start` from its first candidate on: after ``first`` releases (``now`` if none)."""
+    """:func:`earliest_start` from its first candidate on: after ``first`` releases (``now`` if none).
+
+    ``settled`` (a time and an answer; see :meth:`SearchMemo.earliest_start`): candidates after
+    that time are known to give that answer, so only those up to it are tried.
+    """
     need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
     ends = sorted(r.end_s for r in reservations if r.end_s > start)
@@ -591,6 +615,9 @@ def _scan(
     if sums is None:
         sums = {}
     candidates = _distinct(heapq.merge([start], times, ends))
+    if settled is not None:
+        until = settled[0]
+        candidates = itertools.takewhile(lambda time_s: time_s <= until, candidates)
     rooms: _Rooms | None = None
     overlaps = _Overlaps(reservations, run_s)
     size = SCAN_FIRST
@@ -629,7 +656,7 @@ def _scan(
             if status.ok or len(placed) >= need:
                 taken = ctx.state.held(placed)
                 return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), taken)
-    return None
+    return None if settled is None else settled[1]
 
 
 SCAN_FIRST = 4
@@ -798,6 +825,10 @@ def _task_cap(
     return cap
 
 
+Booked = tuple[tuple[float, float, tuple[TaskPlacement, ...]], ...]
+"""Reservations as a search reads them: start, end and placements of each, in the walk's order."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Searched:
     """One search's inputs (see :class:`SearchMemo`) and what it found."""
@@ -807,6 +838,12 @@ class _Searched:
     now: float | None
     """The time now when the search's first candidate was now (it then depends on it), else None."""
     found: Reservation | None
+    plan: ReleasePlan
+    free: tuple[IntArray, IntArray, IntArray] | None
+    """The free GPU, CPU and memory the search read (None where a state has task slots: see
+    :func:`_settled`)."""
+    booked: Booked
+    """The reservations made before it in its cycle."""
 
 
 class SearchMemo:
@@ -819,6 +856,9 @@ class SearchMemo:
     (:attr:`Placer.pure`). When a queue is long, most cycles are arrivals that change none of
     these for the jobs that reserve: their searches are then skipped, and the reservation is
     the one a fresh search finds. Entries live one cycle past their job's last search.
+
+    When some inputs changed, the last search still answers for the late part of the future
+    that did not (:func:`_settled`): only the candidate times up to the last change are tried.
     """
 
     def __init__(self) -> None:
@@ -826,10 +866,15 @@ class SearchMemo:
         self._this: dict[str, _Searched] = {}
         self.reused = 0
         self.searched = 0
+        self.settled = 0
+        """Searches that tried only the candidates up to the last change (see :func:`_settled`)."""
+        self._tails: dict[tuple[int, int], tuple[ReleasePlan, ReleasePlan, int]] = {}
+        """Common tails of the plans compared in this cycle (see :func:`_common_tail`)."""
 
     def next_cycle(self) -> None:
         """Start a cycle: searches of the last cycle may be reused, older ones are dropped."""
         self._last, self._this = self._this, {}
+        self._tails.clear()
 
     def earliest_start(
         self,
@@ -848,13 +893,14 @@ class SearchMemo:
             return earliest_start(
                 pending, run_s, ctx=ctx, future=future, reservations=reservations, placer=placer, sums=sums
             )
+        booked: Booked = tuple((r.start_s, r.end_s, r.placements) for r in reservations)
         key = (
             run_s,
             state.nodes,
             placer.allowed.tobytes(),
             _state_bytes(state),
             future.plan.fingerprint(),
-            tuple((r.start_s, r.end_s, r.placements) for r in reservations),
+            booked,
         )
         job = pending.job
         last = self._last.get(job.id)
@@ -863,9 +909,23 @@ class SearchMemo:
             self.reused += 1
             return last.found
         self.searched += 1
+        free = None
+        if state.pods_free is None:
+            free = (state.gpu_free.copy(), state.cpu_free.copy(), state.memory_free.copy())
+        settled = None
+        if last is not None and last.job is job and last.key[:3] == key[:3]:
+            settled = _settled(last, future, free=free, now=ctx.now, booked=booked, tails=self._tails)
+            self.settled += settled is not None
+        if settled is not None and _no_room_until(
+            future, settled[0], pending.tasks_left, placer, job.request
+        ):
+            self._this[job.id] = _Searched(job, key, None, settled[1], future.plan, free, booked)
+            return settled[1]  # the first candidate is after the last change: the last answer holds
         first = _first_fit(future, pending.tasks_left, placer, job.request)
         found = None
-        if first is not None:
+        if settled is not None and (first is None or (first and future.times[first - 1] > settled[0])):
+            found = settled[1]  # no candidate up to the last change (the first is after it, or none)
+        elif first is not None:
             found = _scan(
                 pending,
                 run_s,
@@ -875,9 +935,96 @@ class SearchMemo:
                 reservations=reservations,
                 placer=placer,
                 sums=sums,
+                settled=settled,
             )
-        self._this[job.id] = _Searched(job, key, ctx.now if first == 0 else None, found)
+        self._this[job.id] = _Searched(
+            job, key, ctx.now if first == 0 else None, found, future.plan, free, booked
+        )
         return found
+
+
+def _no_room_until(future: Future, until: float, need: int, placer: Placer, request: TaskRequest) -> bool:
+    """Whether the job's first candidate (see :func:`_first_fit`) is after ``until``, or it has none,
+    known from the count at ``until`` alone: the count only grows with the releases, so when it is
+    short after the releases up to ``until``, it is short before. False when that is not known
+    cheaply (a fractional request counts on built states) or the count there suffices."""
+    if request.is_fractional:
+        return False
+    k = bisect.bisect_right(future.times, until)
+    return future.room_at_most(k, placer.allowed, request) < need
+
+
+def _settled(
+    last: _Searched,
+    future: Future,
+    *,
+    free: tuple[IntArray, IntArray, IntArray] | None,
+    now: float,
+    booked: Booked,
+    tails: dict[tuple[int, int], tuple[ReleasePlan, ReleasePlan, int]],
+) -> tuple[float, Reservation | None] | None:
+    """A time after which this search's candidates give what ``last`` found, with that answer;
+    None when that is not known (``last`` is a search of the same job, run time and nodes).
+
+    From the time ``settled`` of the last change on, both futures hold the same free resources at
+    every instant and have the same candidate times: the two plans end in the same releases,
+    the resources free after all the others are equal, and every reservation that is in one
+    search's inputs and not in the other's has ended. There every candidate view is the same, so
+    the last search's verdicts hold: failures before its answer (those it tried, and those it
+    skipped because fewer tasks fit by count than the job has, a count that does not change with
+    the views either), then its answer. A fresh search tries the candidates in time order, so
+    when its answer came after ``settled`` (or it found none), trying the candidates up to
+    ``settled`` and taking the last answer if none fits gives exactly what the fresh search would.
+    """
+    if free is None or last.free is None:
+        return None  # task slots: a scan's view counts them on one path and not the other
+    new_plan, old_plan = future.plan, last.plan
+    common = _common_tail(old_plan, new_plan, tails)
+    new_k, old_k = len(new_plan.times) - common, len(old_plan.times) - common
+    settled = now
+    if new_k:
+        settled = max(settled, new_plan.times[new_k - 1])
+    if old_k:
+        settled = max(settled, old_plan.times[old_k - 1])
+    if last.booked != booked:
+        changed = collections.Counter(last.booked)
+        changed.subtract(booked)
+        settled = max([settled, *(entry[1] for entry, count in changed.items() if count)])
+    found = last.found
+    if found is not None and found.start_s <= settled:
+        return None  # the answer itself may change: the common case, so before comparing arrays
+    if any(before.shape != after.shape for before, after in zip(last.free, free, strict=True)):
+        return None
+    new_released = new_plan.released(new_k, free[0].shape)
+    old_released = old_plan.released(old_k, last.free[0].shape)
+    for now_free, then_free, now_released, then_released in zip(
+        free, last.free, new_released, old_released, strict=True
+    ):
+        if not np.array_equal(now_free + now_released, then_free + then_released):
+            return None
+    return settled, found
+
+
+def _common_tail(
+    old: ReleasePlan, new: ReleasePlan, tails: dict[tuple[int, int], tuple[ReleasePlan, ReleasePlan, int]]
+) -> int:
+    """How many releases the two plans end with alike (times and placements); kept in ``tails`` by
+    the pair (a cycle's searches compare the same few plans)."""
+    pair = (id(old), id(new))
+    kept = tails.get(pair)
+    if kept is not None and kept[0] is old and kept[1] is new:
+        return kept[2]
+    old_times, old_placements = old.fingerprint()
+    new_times, new_placements = new.fingerprint()
+    common, most = 0, min(len(old_times), len(new_times))
+    while (
+        common < most
+        and old_times[-1 - common] == new_times[-1 - common]
+        and old_placements[-1 - common] == new_placements[-1 - common]
+    ):
+        common += 1
+    tails[pair] = (old, new, common)
+    return common
 
 
 def _state_bytes(state: WorkingState) -> bytes:

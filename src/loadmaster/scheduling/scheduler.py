@@ -94,6 +94,11 @@ class Scheduler:
         """Backfill reservation searches made so far, and those answered from the last cycle's."""
         return self._searches.searched, self._searches.reused
 
+    @property
+    def settled_searches(self) -> int:
+        """Searches made that tried only the candidate times up to the last change (SearchMemo)."""
+        return self._searches.settled
+
     def _cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         self._trim(snapshot)
         session = self._session(snapshot, now, rng, snapshot.pending, snapshot.queues())
