@@ -162,6 +162,26 @@ class LabWorkloadParams:
     """Hour of day (local, 0-24) with the most submissions: early afternoon."""
     weekend_factor: float = 0.4
     """Arrival rate on Saturday and Sunday relative to weekdays, in (0, 1]."""
+    user_habits: bool = False
+    """Give every user habits of their own (docs/workload-fitting.md, "User habits"): a personal
+    offset to the log of their run times and of their over-asking factor, and a personal run-time
+    spread. Off (the default, and every built-in workload but ``lab-habits``): a job's run time and
+    limit are drawn independently of who submits it, and the ``user_*`` fields below are ignored."""
+    user_run_time_share: float = 0.778
+    """With ``user_habits``: the share of the class model's log-run-time variance (``light_sigma**2``,
+    ``heavy_sigma**2``) that lies between users, a personal offset kept for every job of the user,
+    rather than within a user's own jobs, in [0, 1]. The total is unchanged, so the run-time
+    marginal keeps its shape. Default: calibrated so that the workload's run times split between
+    and within users as on the COARE Saliksik Slurm log (``lab-habits``, docs/workload-fitting.md)."""
+    user_run_time_sigma_spread: float = 0.457
+    """With ``user_habits``: the standard deviation of the log of a user's own within-user
+    run-time spread relative to the pooled one, >= 0 (0: every user equally erratic). Default:
+    measured on the same log."""
+    user_limit_factor_share: float = 0.256
+    """With ``user_habits``: the share of the variance of the log over-asking factor
+    (limit / run time, ``limit_factor_sigma``) that lies between users, in [0, 1]: some users
+    always ask for about what they need, others for far more. Default: calibrated like the
+    run-time share."""
 
     def __post_init__(self) -> None:
         self._check_population()
@@ -169,6 +189,7 @@ class LabWorkloadParams:
         self._check_durations()
         self._check_limits()
         self._check_memory_and_cycle()
+        self._check_habits()
 
     def _check_population(self) -> None:
         p = "LabWorkloadParams"
@@ -233,6 +254,16 @@ class LabWorkloadParams:
         weekend = self.weekend_factor
         _check(f"{p}.weekend_factor", weekend, _is_fraction(weekend, open_low=True), "in (0, 1]")
 
+    def _check_habits(self) -> None:
+        p = "LabWorkloadParams"
+        habits = self.user_habits
+        _check(f"{p}.user_habits", habits, isinstance(habits, bool), "true or false")
+        for name in ("user_run_time_share", "user_limit_factor_share"):
+            value = getattr(self, name)
+            _check(f"{p}.{name}", value, _is_fraction(value), "in [0, 1]")
+        spread = self.user_run_time_sigma_spread
+        _check(f"{p}.user_run_time_sigma_spread", spread, 0.0 <= spread < math.inf, ">= 0 and finite")
+
 
 def heavy_user_ids(params: LabWorkloadParams) -> tuple[str, ...]:
     """The ids of the heavy users: the first ``max(1, round(users * heavy_user_fraction))``."""
@@ -291,7 +322,9 @@ def sample_lab_workload(
     ``share``), a size from ``gpu_weights`` restricted to the sizes the pool
     allows (at most ``max_job_gpus`` and ``capacity_gpus``; above
     ``gpus_per_node`` only whole multiples of it), a log-normal duration, an
-    over-estimated time limit and its GPU memory.
+    over-estimated time limit and its GPU memory. With ``params.user_habits``
+    the run time and the over-estimation factor also depend on the user, each
+    user keeping personal habits for the whole trace (see :func:`_draw_habits`).
 
     A job of ``g <= gpus_per_node`` GPUs is one task of ``g`` GPUs; a larger
     job is ``g / gpus_per_node`` tasks of ``gpus_per_node`` GPUs (one worker
@@ -330,6 +363,8 @@ def _draw(
 ) -> _Draws:
     """Every random column of the workload, drawn in a fixed order from ``rng``."""
     user, heavy_user = _draw_users(params, n_jobs, rng)
+    # Drawn only when on, so that a workload without habits draws exactly what it always did.
+    habits = _draw_habits(params, rng) if params.user_habits else None
     heavy_prob = np.where(
         heavy_user, params.heavy_workload_prob_heavy_user, params.heavy_workload_prob_light_user
     )
@@ -337,8 +372,8 @@ def _draw(
     shares = np.array([pool.share for pool in pools], dtype=np.float64)
     pool = rng.choice(len(pools), size=n_jobs, p=shares / shares.sum()).astype(np.int64)
     gpus = _draw_gpus(params, pools, pool, rng)
-    duration_s = _draw_durations(params, gpus, heavy_work, rng)
-    time_limit_s = _draw_time_limits(params, duration_s, rng)
+    duration_s = _draw_durations(params, gpus, heavy_work, rng, _per_job(habits, user))
+    time_limit_s = _draw_time_limits(params, duration_s, rng, _per_job(habits, user))
     type_memory = np.array([p.resource_type.gpu_memory_mib for p in pools], dtype=np.int64)
     gpu_memory_mib = _draw_gpu_memory(params, heavy_work, type_memory[pool], rng)
     submit_s = _draw_arrivals(params, pools, pool, gpus * duration_s, load=load, rng=rng)
@@ -375,6 +410,54 @@ def _draw_users(
         weights[heavy:] = (1.0 - params.heavy_user_job_share) / light
     user = rng.choice(params.users, size=n_jobs, p=weights / weights.sum()).astype(np.int64)
     return user, user < heavy
+
+
+@dataclass(frozen=True, eq=False)
+class _Habits:
+    """Each user's habits, on the scale of standard normal draws (one row per user, or per job
+    once indexed by :func:`_per_job`)."""
+
+    run_offset: FloatArray
+    """Where the user's log run times sit, in units of the class sigma (between-user part)."""
+    run_scale: FloatArray
+    """The user's own within-user spread of log run time, in units of the class sigma."""
+    factor_offset: FloatArray
+    """Where the user's log over-asking factors sit, in units of ``limit_factor_sigma``."""
+    factor_scale: FloatArray
+    """The within-user spread of the log factor, in units of ``limit_factor_sigma``."""
+
+
+def _draw_habits(params: LabWorkloadParams, rng: np.random.Generator) -> _Habits:
+    """One personal run-time and over-asking distribution per user.
+
+    A log value is ``sqrt(share) * A_u + sqrt(1 - share) * r_u * Z``: ``A_u`` the user's normal
+    offset, ``Z`` the job's own normal draw. With ``r_u = 1`` the sum is again a standard normal,
+    so the class model's marginal is kept exactly and only its split between and within users
+    changes. ``r_u = exp(s B_u - s**2)`` with ``s`` the sigma spread makes some users more erratic
+    than others while keeping the mean of ``r_u**2`` at 1, hence the total variance.
+    """
+    users = params.users
+    run_offset = rng.standard_normal(users)
+    spread_draw = rng.standard_normal(users)
+    factor_offset = rng.standard_normal(users)
+    spread = params.user_run_time_sigma_spread
+    ratio = np.exp(spread * spread_draw - spread**2)
+    run_share, factor_share = params.user_run_time_share, params.user_limit_factor_share
+    return _Habits(
+        run_offset=math.sqrt(run_share) * run_offset,
+        run_scale=math.sqrt(1.0 - run_share) * ratio,
+        factor_offset=math.sqrt(factor_share) * factor_offset,
+        factor_scale=np.full(users, math.sqrt(1.0 - factor_share)),
+    )
+
+
+def _per_job(habits: _Habits | None, user: IntArray) -> _Habits | None:
+    """The habits of each job's user, row by row (None stays None: no habits)."""
+    if habits is None:
+        return None
+    return _Habits(
+        habits.run_offset[user], habits.run_scale[user], habits.factor_offset[user], habits.factor_scale[user]
+    )
 
 
 def _allowed_sizes(pool: PoolTarget) -> list[int]:
@@ -414,27 +497,42 @@ def _draw_gpus(
 
 
 def _draw_durations(
-    params: LabWorkloadParams, gpus: IntArray, heavy: BoolArray, rng: np.random.Generator
+    params: LabWorkloadParams,
+    gpus: IntArray,
+    heavy: BoolArray,
+    rng: np.random.Generator,
+    habits: _Habits | None = None,
 ) -> FloatArray:
-    """Log-normal true run times (whole seconds), longer for heavy and larger jobs."""
+    """Log-normal true run times (whole seconds), longer for heavy and larger jobs; with
+    ``habits`` (per job) the normal draw is split into the user's part and the job's own."""
     median = np.where(heavy, params.heavy_median_s, params.light_median_s)
     median = median * gpus.astype(np.float64) ** params.duration_size_exponent
     sigma = np.where(heavy, params.heavy_sigma, params.light_sigma)
-    duration = median * np.exp(sigma * rng.standard_normal(len(gpus)))
+    normal = rng.standard_normal(len(gpus))
+    if habits is not None:
+        normal = habits.run_offset + habits.run_scale * normal
+    duration = median * np.exp(sigma * normal)
     clipped: FloatArray = np.clip(np.rint(duration), params.min_duration_s, params.max_duration_s)
     return clipped
 
 
 def _draw_time_limits(
-    params: LabWorkloadParams, duration_s: FloatArray, rng: np.random.Generator
+    params: LabWorkloadParams,
+    duration_s: FloatArray,
+    rng: np.random.Generator,
+    habits: _Habits | None = None,
 ) -> FloatArray:
-    """Requested limits: the duration times a log-normal factor, rounded up like users do.
+    """Requested limits: the duration times a log-normal factor, rounded up like users do; with
+    ``habits`` (per job) the factor's normal draw is split into the user's part and the job's own.
 
     Always >= the duration: the factor is >= 1, rounding only goes up, and the
     cluster cap is never applied below the duration.
     """
     n = len(duration_s)
-    factor = params.limit_factor_median * np.exp(params.limit_factor_sigma * rng.standard_normal(n))
+    normal = rng.standard_normal(n)
+    if habits is not None:
+        normal = habits.factor_offset + habits.factor_scale * normal
+    factor = params.limit_factor_median * np.exp(params.limit_factor_sigma * normal)
     factor = np.clip(factor, params.limit_factor_min, params.limit_factor_max)
     raw = duration_s * factor
     # Below an hour people round to minutes ("0:20:00"), or a 5-minute run would
