@@ -21,6 +21,7 @@ from loadmaster.workload.fit import FitOptions, fit_workload
 from loadmaster.workload.fitted import WorkloadModel, sample_workload
 from loadmaster.workload.goodness import KS_TARGET, Marginal, goodness_of_fit
 from loadmaster.workload.habits import (
+    CALIBRATION_JOBS,
     MIN_JOBS,
     MIN_RUN_S,
     UserHabitsFit,
@@ -117,18 +118,23 @@ def habits(  # noqa: PLR0917 - typer maps each option to a parameter
     min_run_s: Annotated[
         float, typer.Option(min=0.001, help="Shortest run time counted, s (the lab's shortest run)")
     ] = MIN_RUN_S,
+    calibration_jobs: Annotated[
+        int, typer.Option(min=1000, help="Jobs of each lab sample the generator's shares are calibrated on")
+    ] = CALIBRATION_JOBS,
 ) -> None:
     """Measure users' habits (between- vs within-user spread of run time and over-asking) on a trace,
     and write them as the lab generator's user-habit parameters with their provenance."""
     trace = load(path, fmt, on_error)
     try:
         fit = fit_user_habits(job_columns(trace), min_jobs=min_jobs, min_run_s=min_run_s)
-        calibrated = calibrate(fit)
+        calibrated = calibrate(fit, jobs=calibration_jobs)
     except ModelError as exc:
         raise ConfigError(str(path), "", f"cannot fit user habits: {exc}") from None
     command = f"loadmaster workload habits {path.name}" + (f" --format {fmt}" if fmt else "")
     if (min_jobs, min_run_s) != (MIN_JOBS, MIN_RUN_S):
         command += f" --min-jobs {min_jobs} --min-run-s {min_run_s:g}"
+    if calibration_jobs != CALIBRATION_JOBS:
+        command += f" --calibration-jobs {calibration_jobs}"
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     text = habits_yaml(fit, calibrated, sha256=digest, command=command)
     console.print(_habits_table(fit))

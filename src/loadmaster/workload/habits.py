@@ -143,11 +143,16 @@ def fit_user_habits(
     duration = np.asarray(columns.duration_s, dtype=np.float64)
     limit = np.asarray(columns.time_limit_s, dtype=np.float64)
     known_user = users != ""
+    name = columns.source or "the trace"
+    if not known_user.any():
+        raise ModelError(f"{name} records no user for any job: habits need a trace with user ids")
     ran = known_user & np.isfinite(duration) & (duration >= min_run_s)
     log_run = np.log(duration[ran])
     with_limit = ran & np.isfinite(limit) & (limit > 0.0)
     if not with_limit.any():
-        raise ModelError(f"{columns.source or 'the trace'}: no job records both a run time and a time limit")
+        raise ModelError(
+            f"{name}: no job of a known user ran >= {min_run_s:g} s with a time limit; habits need both"
+        )
     log_factor = np.log(limit[with_limit] / duration[with_limit])
     return UserHabitsFit(
         source=columns.source,
@@ -159,11 +164,12 @@ def fit_user_habits(
     )
 
 
-CALIBRATION_USERS = 1000
-"""Users of a calibration sample: the lab's 40 would leave the between-user variance, estimated
-from 40 user means, about 20% noisy; 1,000 users (same heavy/light fractions) bring it near 5%."""
 CALIBRATION_JOBS = 50_000
-"""Jobs of a calibration sample: 50 per user, so that users' means are well measured."""
+"""Jobs of a calibration sample. With :data:`JOBS_PER_USER` that is 1,000 users: the lab's 40 would
+leave the between-user variance, estimated from 40 user means, about 20% noisy; 1,000 bring it
+near 5%."""
+JOBS_PER_USER = 50
+"""Jobs per user of a calibration sample (heavy/light fractions kept): users' means well measured."""
 CALIBRATION_STEPS = 12
 """Bisection steps: the share is then known to 1 / 2**12, finer than the 3 decimals written."""
 _CALIBRATION_POOL = PoolTarget(
@@ -184,22 +190,26 @@ class Calibrated:
 
     run_time_share: float
     limit_factor_share: float
+    jobs: int
+    """Jobs of the calibration samples."""
 
 
-def lab_shares(params: LabWorkloadParams, seed: int = 0) -> tuple[float, float]:
-    """The between-user shares of log run time and of log(limit / run time) in a large lab sample
-    of ``params`` (users scaled to :data:`CALIBRATION_USERS`, heavy/light fractions kept)."""
-    wide = _replace(params, users=CALIBRATION_USERS)
-    jobs = sample_lab_workload(
-        wide, (_CALIBRATION_POOL,), n_jobs=CALIBRATION_JOBS, load=1.0, rng=np.random.default_rng(seed)
+def lab_shares(params: LabWorkloadParams, seed: int = 0, jobs: int = CALIBRATION_JOBS) -> tuple[float, float]:
+    """The between-user shares of log run time and of log(limit / run time) in a lab sample of
+    ``params`` with ``jobs`` jobs and ``jobs / JOBS_PER_USER`` users (heavy/light fractions kept)."""
+    wide = _replace(params, users=max(2, jobs // JOBS_PER_USER))
+    drawn = sample_lab_workload(
+        wide, (_CALIBRATION_POOL,), n_jobs=jobs, load=1.0, rng=np.random.default_rng(seed)
     )
-    users = np.array([t.job.user for t in jobs], dtype=object)
-    run = np.array([t.duration_s for t in jobs])
-    limit = np.array([t.job.time_limit_s for t in jobs])
+    users = np.array([t.job.user for t in drawn], dtype=object)
+    run = np.array([t.duration_s for t in drawn])
+    limit = np.array([t.job.time_limit_s for t in drawn])
     return variance_split(np.log(run), users).share, variance_split(np.log(limit / run), users).share
 
 
-def calibrate(fit: UserHabitsFit, params: LabWorkloadParams | None = None, seed: int = 0) -> Calibrated:
+def calibrate(
+    fit: UserHabitsFit, params: LabWorkloadParams | None = None, seed: int = 0, jobs: int = CALIBRATION_JOBS
+) -> Calibrated:
     """The ``user_run_time_share`` and ``user_limit_factor_share`` with which the lab generator's
     jobs split their variance between users as the trace's do.
 
@@ -213,12 +223,18 @@ def calibrate(fit: UserHabitsFit, params: LabWorkloadParams | None = None, seed:
     base = _replace(
         params or LabWorkloadParams(), user_habits=True, user_run_time_sigma_spread=fit.run_time_sigma_spread
     )
-    run = _bisect(lambda s: lab_shares(_replace(base, user_run_time_share=s), seed)[0], fit.run_time.share)
-    factor = _bisect(
-        lambda s: lab_shares(_replace(base, user_run_time_share=run, user_limit_factor_share=s), seed)[1],
-        fit.limit_factor.share,
-    )
-    return Calibrated(run, factor)
+
+    def run_share(share: float) -> float:
+        return lab_shares(_replace(base, user_run_time_share=share), seed, jobs)[0]
+
+    run = _bisect(run_share, fit.run_time.share)
+
+    def factor_share(share: float) -> float:
+        return lab_shares(_replace(base, user_run_time_share=run, user_limit_factor_share=share), seed, jobs)[
+            1
+        ]
+
+    return Calibrated(run, _bisect(factor_share, fit.limit_factor.share), jobs)
 
 
 def _bisect(measure: Callable[[float], float], target: float) -> float:
@@ -275,7 +291,7 @@ def habits_yaml(fit: UserHabitsFit, calibrated: Calibrated, *, sha256: str, comm
         f"# log(limit / run time): within-user sigma {factor.within_sigma:.3f},"
         f" between-user sigma {factor.between_sigma:.3f}, share {factor.share:.3f}",
         "# generator shares calibrated to reproduce both trace shares in a"
-        f" {CALIBRATION_JOBS:,}-job lab sample of {CALIBRATION_USERS:,} users"
+        f" {calibrated.jobs:,}-job lab sample of {calibrated.jobs // JOBS_PER_USER:,} users"
         " (loadmaster.workload.habits.calibrate)",
         "params:",
     ]
