@@ -37,7 +37,6 @@ import dataclasses
 import math
 import platform
 import time
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,14 +48,13 @@ from loadmaster.rl.evaluate import HEURISTICS, EvalRow, evaluate
 from loadmaster.scheduling import PluginSpec, Profile, build_profile
 from loadmaster.scheduling.framework import CycleContext
 from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
+from loadmaster.workload.habits import HISTORY_JOBS, rank_signal
 from results_io import provenance, seed_range, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "user_habits.json"
 WORKLOADS = ("lab-habits", "lab")
 LOADS = (0.9, 1.1)
-HISTORY_JOBS = 2
-"""Run times the history predictor averages (the backfill plugin's default, Tsafrir's choice)."""
 CLAIRVOYANT = "sjf-clairvoyant-backfill"
 BASE = "sjf-backfill"
 
@@ -105,25 +103,15 @@ def profiles() -> dict[str, Profile]:
     return out
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Rank correlation of ``x`` and ``y`` (ties broken by position: run times are whole seconds)."""
-    rx = np.argsort(np.argsort(np.asarray(x), kind="stable")).astype(float)
-    ry = np.argsort(np.argsort(np.asarray(y), kind="stable")).astype(float)
-    return float(np.corrcoef(rx, ry)[0, 1])
-
-
 def predictability(jobs: Sequence[TraceJob]) -> dict[str, float]:
-    """How well the limit, and the user's history, rank jobs by true run time (jobs with history)."""
-    past: dict[str, list[float]] = defaultdict(list)
-    truth, limits, predicted = [], [], []
-    for trace in jobs:
-        recent = past[trace.job.user][-HISTORY_JOBS:]
-        if recent:
-            truth.append(trace.duration_s)
-            limits.append(trace.job.time_limit_s)
-            predicted.append(min(sum(recent) / len(recent), trace.job.time_limit_s))
-        past[trace.job.user].append(trace.duration_s)
-    return {"limit_spearman": spearman(limits, truth), "history_spearman": spearman(predicted, truth)}
+    """How well the limit, and the user's history, rank jobs by true run time."""
+    signal = rank_signal(
+        np.array([t.job.user for t in jobs], dtype=object),
+        np.array([t.job.submit_s for t in jobs]),
+        np.array([t.duration_s for t in jobs]),
+        np.array([t.job.time_limit_s for t in jobs]),
+    )
+    return {"limit_spearman": signal.limit_spearman, "history_spearman": signal.history_spearman}
 
 
 def summarise(rows: Sequence[EvalRow], names: Sequence[str]) -> dict[str, dict[str, float]]:

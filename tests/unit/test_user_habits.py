@@ -18,7 +18,14 @@ from loadmaster.errors import ConfigError, ModelError
 from loadmaster.model import ResourceType, TraceJob
 from loadmaster.workload import LabWorkloadParams, PoolTarget, sample_lab_workload
 from loadmaster.workload.fit import JobColumns
-from loadmaster.workload.habits import fit_user_habits, lab_shares, sigma_spread, variance_split
+from loadmaster.workload.habits import (
+    fit_user_habits,
+    lab_stats,
+    persistence,
+    rank_signal,
+    sigma_spread,
+    variance_split,
+)
 
 A100 = ResourceType(
     name="a100", gpu_model="A100", gpu_memory_mib=81_920, cpu_milli_per_gpu=12_000, memory_mib_per_gpu=120_000
@@ -87,23 +94,53 @@ def test_each_user_keeps_habits_of_their_own() -> None:
     assert variance_split(run_off, users_off).share < 0.05
 
 
-def test_habits_keep_the_run_time_marginal() -> None:
-    _, run_off, _ = log_columns(sample(LabWorkloadParams(), n_jobs=20_000))
-    _, run_on, _ = log_columns(
-        sample(LabWorkloadParams(user_habits=True, user_run_time_sigma_spread=0.0), n_jobs=20_000)
+def test_habits_keep_the_marginals() -> None:
+    # Many users, so that their offsets average out; no sigma spread, so the split is exact.
+    off = sample(LabWorkloadParams(users=2000), n_jobs=40_000)
+    on = sample(
+        LabWorkloadParams(users=2000, user_habits=True, user_run_time_sigma_spread=0.0), n_jobs=40_000
     )
-    assert np.median(run_on) == pytest.approx(np.median(run_off), abs=0.15)
-    assert run_on.std() == pytest.approx(run_off.std(), rel=0.1)
+    _, run_off, factor_off = log_columns(off)
+    _, run_on, factor_on = log_columns(on)
+    assert np.median(run_on) == pytest.approx(np.median(run_off), abs=0.1)
+    assert run_on.std() == pytest.approx(run_off.std(), rel=0.05)
+    assert np.median(factor_on) == pytest.approx(np.median(factor_off), abs=0.05)
+    for jobs in (on, off):  # repeating a user's previous job keeps the shares of pools and sizes
+        pools = np.mean([t.job.pool == "train" for t in jobs])
+        single = np.mean([t.job.gpus == 1 for t in jobs])
+        assert pools == pytest.approx(0.7, abs=0.02)
+        assert single == pytest.approx(np.mean([t.job.gpus == 1 for t in off]), abs=0.02)
 
 
-def test_default_habits_reproduce_the_fitted_trace_shares() -> None:
-    # lab-habits' shares were calibrated so that lab jobs split their variance between users as the
-    # COARE Saliksik log's do (log run time 0.346, log over-asking 0.241; docs/workload-fitting.md).
-    run_share, factor_share = lab_shares(HABITS)
-    assert run_share == pytest.approx(0.346, abs=0.02)
-    assert factor_share == pytest.approx(0.241, abs=0.02)
-    off_run, off_factor = lab_shares(LabWorkloadParams())
-    assert off_run < 0.15 and off_factor < 0.02
+def test_persistent_users_repeat_their_previous_job() -> None:
+    params = LabWorkloadParams(user_habits=True, user_run_time_persistence=0.9)
+    jobs = sample(params, n_jobs=4000)
+    previous: dict[str, TraceJob] = {}
+    same = []
+    for t in sorted(jobs, key=lambda t: t.job.submit_s):
+        if t.job.user in previous:
+            same.append(previous[t.job.user].job.gpus == t.job.gpus)
+        previous[t.job.user] = t
+    users, run, _ = log_columns(sorted(jobs, key=lambda t: t.job.submit_s))
+    assert np.mean(same) > 0.85
+    assert persistence(run, users) > 0.6  # two pools: draw order is submission order up to noise
+    users_off, run_off, _ = log_columns(
+        sample(LabWorkloadParams(user_habits=True, user_run_time_persistence=0.0))
+    )
+    assert abs(persistence(run_off, users_off)) < 0.1
+
+
+def test_default_habits_reproduce_the_fitted_trace_statistics() -> None:
+    # lab-habits' parameters were calibrated so that lab jobs show the COARE Saliksik log's
+    # between-user shares and persistences (docs/workload-fitting.md).
+    stats = lab_stats(HABITS)
+    assert stats.run_time_share == pytest.approx(0.346, abs=0.02)
+    assert stats.run_time_persistence == pytest.approx(0.500, abs=0.02)
+    assert stats.limit_factor_share == pytest.approx(0.241, abs=0.02)
+    assert stats.limit_factor_persistence == pytest.approx(0.417, abs=0.02)
+    off = lab_stats(LabWorkloadParams())
+    assert off.run_time_share < 0.15 and off.limit_factor_share < 0.02
+    assert abs(off.run_time_persistence) < 0.02 and abs(off.limit_factor_persistence) < 0.02
 
 
 @pytest.mark.parametrize(
@@ -118,6 +155,8 @@ def test_default_habits_reproduce_the_fitted_trace_shares() -> None:
             r"user_run_time_sigma_spread must be >= 0 and finite, got -1.0",
         ),
         ({"user_run_time_sigma_spread": math.inf}, r"user_run_time_sigma_spread must be >= 0 and finite"),
+        ({"user_run_time_persistence": 1.0}, r"user_run_time_persistence must be in \[0, 1\), got 1.0"),
+        ({"user_limit_factor_persistence": -0.5}, r"user_limit_factor_persistence must be in \[0, 1\)"),
     ],
 )
 def test_bad_habit_params_name_the_field_and_what_is_allowed(
@@ -184,6 +223,22 @@ def test_users_with_too_few_jobs_are_left_out() -> None:
     assert variance_split(values, names, min_jobs=4).users == 3
 
 
+def test_persistence_recovers_a_users_chain() -> None:
+    rng = np.random.default_rng(2)
+    chains = []
+    for _ in range(200):
+        e = np.empty(60)
+        e[0] = rng.normal()
+        for k in range(1, 60):
+            e[k] = 0.6 * e[k - 1] + math.sqrt(1 - 0.36) * rng.normal()
+        chains.append(rng.normal(0.0, 2.0) + e)
+    names = np.repeat(np.array([f"u{i}" for i in range(200)], dtype=object), 60)
+    # Removing each user's mean biases it down by about 1 / 60 per user... and a bit more.
+    assert persistence(np.concatenate(chains), names) == pytest.approx(0.6, abs=0.06)
+    shuffled = np.concatenate([rng.permutation(c) for c in chains])
+    assert abs(persistence(shuffled, names)) < 0.05
+
+
 def test_sigma_spread_sees_users_of_different_erratic_habits() -> None:
     rng = np.random.default_rng(1)
     sigmas = np.exp(rng.normal(0.0, 0.5, 300))
@@ -247,12 +302,31 @@ def test_habits_command_writes_params_with_their_provenance(tmp_path: Path) -> N
     trace = tmp_path / "habits.swf"
     write_swf(sample(HABITS, n_jobs=1500), trace)
     out = tmp_path / "params.yaml"
-    args = ["workload", "habits", str(trace), "-o", str(out), "--calibration-jobs", "5000"]
+    args = ["workload", "habits", str(trace), "-o", str(out), "--calibration-jobs", "2000"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     text = out.read_text()
-    assert "# User habits fitted by: loadmaster workload habits habits.swf --calibration-jobs 5000\n" in text
-    assert "5,000-job lab sample of 100 users" in text
+    assert "# User habits fitted by: loadmaster workload habits habits.swf --calibration-jobs 2000\n" in text
+    assert "# calibrated on 2,000-job lab samples of 40 users" in text
     assert f"(sha256 {hashlib.sha256(trace.read_bytes()).hexdigest()})" in text
     assert "params:\n  user_habits: true\n  user_run_time_share: " in text
     assert "between share" in result.output
+
+
+def test_rank_signal_compares_limit_and_history_in_submission_order() -> None:
+    # Each user always runs the same length; limits are noise around it.
+    rng = np.random.default_rng(3)
+    users = np.array([f"u{i % 20}" for i in range(600)], dtype=object)
+    run = np.array([600.0 * 1.2 ** (i % 20) for i in range(600)])
+    limit = run * np.exp(rng.uniform(0.0, 3.0, 600))
+    submit = rng.permutation(600).astype(float)
+    signal = rank_signal(users, submit, run, limit)
+    assert signal.jobs == 580  # every job but each user's first
+    assert signal.history_spearman > 0.99
+    assert signal.limit_spearman < 0.8
+
+
+def test_habits_make_history_say_more_about_run_time() -> None:
+    with_habits = fit_user_habits(columns(sample(HABITS, n_jobs=4000))).signal
+    without = fit_user_habits(columns(sample(LabWorkloadParams(), n_jobs=4000))).signal
+    assert with_habits.history_spearman > without.history_spearman + 0.05

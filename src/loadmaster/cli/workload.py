@@ -154,6 +154,12 @@ def _habits_table(fit: UserHabitsFit) -> Table:
         table.add_column(column, justify="left" if column == "quantity" else "right")
     for name, split in (("log run time", fit.run_time), ("log(limit / run time)", fit.limit_factor)):
         table.add_row(name, f"{split.within_sigma:.3f}", f"{split.between_sigma:.3f}", f"{split.share:.3f}")
+    signal = fit.signal
+    table.caption = (
+        f"Rank correlation with run time over {signal.jobs:,} jobs: requested limit"
+        f" {signal.limit_spearman:.3f}, user history (mean of the last two run times, capped by the limit)"
+        f" {signal.history_spearman:.3f}"
+    )
     return table
 
 
