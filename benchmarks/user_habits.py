@@ -111,7 +111,11 @@ def predictability(jobs: Sequence[TraceJob]) -> dict[str, float]:
         np.array([t.duration_s for t in jobs]),
         np.array([t.job.time_limit_s for t in jobs]),
     )
-    return {"limit_spearman": signal.limit_spearman, "history_spearman": signal.history_spearman}
+    return {
+        "limit_spearman": signal.limit_spearman,
+        "history_spearman": signal.history_spearman,
+        "corrected_spearman": signal.corrected_spearman,
+    }
 
 
 def summarise(rows: Sequence[EvalRow], names: Sequence[str]) -> dict[str, dict[str, float]]:
@@ -169,7 +173,8 @@ def main() -> None:
             s = signal[workload][at]
             print(
                 f"\n{workload}, load {at} (mean of seeds {args.seeds}, {args.jobs} jobs); rank correlation"
-                f" with run time: limit {s['limit_spearman']:.3f}, user history {s['history_spearman']:.3f}"
+                f" with run time: limit {s['limit_spearman']:.3f}, user history {s['history_spearman']:.3f},"
+                f" limit x user's recent run/limit {s['corrected_spearman']:.3f}"
             )
             print(f"{'policy':<28}{'bsld':>8}{'vs sjf-backfill':>18}{'max wait h':>12}")
             for name, m in per.items():

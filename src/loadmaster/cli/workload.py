@@ -158,7 +158,7 @@ def _habits_table(fit: UserHabitsFit) -> Table:
     table.caption = (
         f"Rank correlation with run time over {signal.jobs:,} jobs: requested limit"
         f" {signal.limit_spearman:.3f}, user history (mean of the last two run times, capped by the limit)"
-        f" {signal.history_spearman:.3f}"
+        f" {signal.history_spearman:.3f}, limit x the user's recent run/limit {signal.corrected_spearman:.3f}"
     )
     return table
 

@@ -83,6 +83,10 @@ class RankSignal:
     history_spearman: float
     """Rank correlation of the history prediction (the mean of the user's last two run times in
     submission order, capped by the limit, as ``backfill``'s ``estimate: history``) with it."""
+    corrected_spearman: float
+    """Rank correlation of the limit corrected by the user's over-asking (the limit times the
+    geometric mean of the user's last two run time / limit ratios) with it: what a predictor
+    using both the limit and the user's history can see."""
 
 
 def rank_signal(
@@ -93,18 +97,25 @@ def rank_signal(
     A scheduler sees a run time only once the job ends; taking the previous jobs in submission
     order instead is the predictor at its best, an upper bound on what history tells it.
     """
-    past: dict[object, list[float]] = {}
-    truth, limits, predicted = [], [], []
+    runs: dict[object, list[float]] = {}
+    ratios: dict[object, list[float]] = {}
+    truth, limits, predicted, corrected = [], [], [], []
     for i in np.argsort(submit_s, kind="stable"):
-        recent = past.setdefault(users[i], [])[-HISTORY_JOBS:]
+        run, limit = float(duration_s[i]), float(limit_s[i])
+        recent = runs.setdefault(users[i], [])[-HISTORY_JOBS:]
         if recent:
-            truth.append(float(duration_s[i]))
-            limits.append(float(limit_s[i]))
-            predicted.append(min(sum(recent) / len(recent), float(limit_s[i])))
-        past[users[i]].append(float(duration_s[i]))
+            truth.append(run)
+            limits.append(limit)
+            predicted.append(min(sum(recent) / len(recent), limit))
+            log_ratio = np.mean(np.log(ratios[users[i]][-HISTORY_JOBS:]))
+            corrected.append(min(limit * math.exp(log_ratio), limit))
+        runs[users[i]].append(run)
+        ratios.setdefault(users[i], []).append(run / limit)
     if len(truth) < 2:
-        return RankSignal(len(truth), math.nan, math.nan)
-    return RankSignal(len(truth), _spearman(limits, truth), _spearman(predicted, truth))
+        return RankSignal(len(truth), math.nan, math.nan, math.nan)
+    return RankSignal(
+        len(truth), _spearman(limits, truth), _spearman(predicted, truth), _spearman(corrected, truth)
+    )
 
 
 def _spearman(x: list[float], y: list[float]) -> float:
@@ -408,7 +419,9 @@ def habits_yaml(fit: UserHabitsFit, calibrated: Calibrated, *, sha256: str, comm
         f" between-user sigma {factor.between_sigma:.3f},",
         f"#   share {factor.share:.3f}, persistence {fit.limit_factor_persistence:.3f}",
         f"# rank correlation with run time over {fit.signal.jobs:,} jobs:"
-        f" limit {fit.signal.limit_spearman:.3f}, user history {fit.signal.history_spearman:.3f}",
+        f" limit {fit.signal.limit_spearman:.3f},",
+        f"#   user history {fit.signal.history_spearman:.3f},"
+        f" limit x user's recent run/limit {fit.signal.corrected_spearman:.3f}",
         f"# calibrated on {calibrated.jobs:,}-job lab samples of {calibrated.jobs // JOBS_PER_USER:,} users"
         " (loadmaster.workload.habits.calibrate), which show",
         f"#   shares {lab.run_time_share:.3f} / {lab.limit_factor_share:.3f},"
