@@ -167,7 +167,7 @@ class LabWorkloadParams:
     offset to the log of their run times and of their over-asking factor, and a personal run-time
     spread. Off (the default, and every built-in workload but ``lab-habits``): a job's run time and
     limit are drawn independently of who submits it, and the ``user_*`` fields below are ignored."""
-    user_run_time_share: float = 0.778
+    user_run_time_share: float = 0.71
     """With ``user_habits``: the share of the class model's log-run-time variance (``light_sigma**2``,
     ``heavy_sigma**2``) that lies between users, a personal offset kept for every job of the user,
     rather than within a user's own jobs, in [0, 1]. The total is unchanged, so the run-time
@@ -177,19 +177,19 @@ class LabWorkloadParams:
     """With ``user_habits``: the standard deviation of the log of a user's own within-user
     run-time spread relative to the pooled one, >= 0 (0: every user equally erratic). Default:
     measured on the same log."""
-    user_run_time_persistence: float = 0.5
+    user_run_time_persistence: float = 0.526
     """With ``user_habits``: how much a job follows the user's previous job, in [0, 1). Users
     submit runs of similar jobs (a sweep, a debugging session): with this probability a job
     repeats the workload class, pool and GPU count of the user's previous job, and its run-time
     noise is the next step of a per-user AR(1) chain with this lag-1 correlation. 0: every job
     draws afresh around the user's offset. Both chains are stationary, so the marginals are
     unchanged. Default: calibrated like the share."""
-    user_limit_factor_share: float = 0.256
+    user_limit_factor_share: float = 0.222
     """With ``user_habits``: the share of the variance of the log over-asking factor
     (limit / run time, ``limit_factor_sigma``) that lies between users, in [0, 1]: some users
     always ask for about what they need, others for far more. Default: calibrated like the
     run-time share."""
-    user_limit_factor_persistence: float = 0.4
+    user_limit_factor_persistence: float = 0.484
     """With ``user_habits``: the same lag-1 correlation for the log over-asking factor, in [0, 1).
     Default: calibrated like the share."""
 
