@@ -122,8 +122,11 @@ def habits(  # noqa: PLR0917 - typer maps each option to a parameter
         int, typer.Option(min=1000, help="Jobs of each lab sample the generator's shares are calibrated on")
     ] = CALIBRATION_JOBS,
 ) -> None:
-    """Measure users' habits (between- vs within-user spread of run time and over-asking) on a trace,
-    and write them as the lab generator's user-habit parameters with their provenance."""
+    """Measure users' habits on a trace; write them as the lab generator's user-habit parameters.
+
+    Between- and within-user spread and persistence of run time and over-asking, calibrated to
+    the lab generator (docs/workload-fitting.md, "User habits"), with their provenance.
+    """
     trace = load(path, fmt, on_error)
     try:
         fit = fit_user_habits(job_columns(trace), min_jobs=min_jobs, min_run_s=min_run_s)
