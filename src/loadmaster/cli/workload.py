@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,15 @@ from loadmaster.traces.fitting import job_columns, sample_trace
 from loadmaster.workload.fit import FitOptions, fit_workload
 from loadmaster.workload.fitted import WorkloadModel, sample_workload
 from loadmaster.workload.goodness import KS_TARGET, Marginal, goodness_of_fit
+from loadmaster.workload.habits import (
+    CALIBRATION_JOBS,
+    MIN_JOBS,
+    MIN_RUN_S,
+    UserHabitsFit,
+    calibrate,
+    fit_user_habits,
+    habits_yaml,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Fit workload models to traces and sample jobs from them.")
 
@@ -94,6 +104,66 @@ def sample(  # noqa: PLR0917 - typer maps each option to a parameter
     write_parquet(sample_trace(drawn, meta), out)
     span_h = float(drawn.submit_s[-1] - drawn.submit_s[0]) / 3600.0
     console.print(f"Wrote {len(drawn):,} jobs over {span_h:,.1f} h to [bold]{out}[/]")
+
+
+@app.command()
+def habits(  # noqa: PLR0917 - typer maps each option to a parameter
+    path: Annotated[Path, typer.Argument(help="Trace file that records who submitted each job")],
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="Write the params block here (YAML); default: print it")
+    ] = None,
+    fmt: FormatOption = None,
+    on_error: OnErrorOption = "stop",
+    min_jobs: Annotated[int, typer.Option(min=2, help="Fewest jobs a user needs to be counted")] = MIN_JOBS,
+    min_run_s: Annotated[
+        float, typer.Option(min=0.001, help="Shortest run time counted, s (the lab's shortest run)")
+    ] = MIN_RUN_S,
+    calibration_jobs: Annotated[
+        int, typer.Option(min=1000, help="Jobs of each lab sample the generator's shares are calibrated on")
+    ] = CALIBRATION_JOBS,
+) -> None:
+    """Measure users' habits on a trace; write them as the lab generator's user-habit parameters.
+
+    Between- and within-user spread and persistence of run time and over-asking, calibrated to
+    the lab generator (docs/workload-fitting.md, "User habits"), with their provenance.
+    """
+    trace = load(path, fmt, on_error)
+    try:
+        fit = fit_user_habits(job_columns(trace), min_jobs=min_jobs, min_run_s=min_run_s)
+        calibrated = calibrate(fit, jobs=calibration_jobs)
+    except ModelError as exc:
+        raise ConfigError(str(path), "", f"cannot fit user habits: {exc}") from None
+    command = f"loadmaster workload habits {path.name}" + (f" --format {fmt}" if fmt else "")
+    if (min_jobs, min_run_s) != (MIN_JOBS, MIN_RUN_S):
+        command += f" --min-jobs {min_jobs} --min-run-s {min_run_s:g}"
+    if calibration_jobs != CALIBRATION_JOBS:
+        command += f" --calibration-jobs {calibration_jobs}"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    text = habits_yaml(fit, calibrated, sha256=digest, command=command)
+    console.print(_habits_table(fit))
+    if out is None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    console.print(f"Params: [bold]{out}[/]")
+
+
+def _habits_table(fit: UserHabitsFit) -> Table:
+    table = Table(
+        title=f"User habits in {fit.source}: {fit.run_time.users} users, {fit.run_time.jobs:,} jobs"
+    )
+    for column in ("quantity", "within-user sigma", "between-user sigma", "between share"):
+        table.add_column(column, justify="left" if column == "quantity" else "right")
+    for name, split in (("log run time", fit.run_time), ("log(limit / run time)", fit.limit_factor)):
+        table.add_row(name, f"{split.within_sigma:.3f}", f"{split.between_sigma:.3f}", f"{split.share:.3f}")
+    signal = fit.signal
+    table.caption = (
+        f"Rank correlation with run time over {signal.jobs:,} jobs: requested limit"
+        f" {signal.limit_spearman:.3f}, user history (mean of the last two run times, capped by the limit)"
+        f" {signal.history_spearman:.3f}, limit x the user's recent run/limit {signal.corrected_spearman:.3f}"
+    )
+    return table
 
 
 def _details(model: WorkloadModel, seed: int) -> list[str]:

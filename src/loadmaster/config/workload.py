@@ -114,7 +114,7 @@ class Workload:
         return f"{self.spec.load}"
 
 
-BUILTIN_WORKLOADS = ("lab", "large", "lab-mig")
+BUILTIN_WORKLOADS = ("lab", "large", "lab-mig", "lab-habits")
 """Workload specs that ship with loadmaster, usable by name."""
 
 

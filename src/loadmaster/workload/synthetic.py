@@ -162,6 +162,36 @@ class LabWorkloadParams:
     """Hour of day (local, 0-24) with the most submissions: early afternoon."""
     weekend_factor: float = 0.4
     """Arrival rate on Saturday and Sunday relative to weekdays, in (0, 1]."""
+    user_habits: bool = False
+    """Give every user habits of their own (docs/workload-fitting.md, "User habits"): a personal
+    offset to the log of their run times and of their over-asking factor, and a personal run-time
+    spread. Off (the default, and every built-in workload but ``lab-habits``): a job's run time and
+    limit are drawn independently of who submits it, and the ``user_*`` fields below are ignored."""
+    user_run_time_share: float = 0.71
+    """With ``user_habits``: the share of the class model's log-run-time variance (``light_sigma**2``,
+    ``heavy_sigma**2``) that lies between users, a personal offset kept for every job of the user,
+    rather than within a user's own jobs, in [0, 1]. The total is unchanged, so the run-time
+    marginal keeps its shape. Default: calibrated so that the workload's run times split between
+    and within users as on the COARE Saliksik Slurm log (``lab-habits``, docs/workload-fitting.md)."""
+    user_run_time_sigma_spread: float = 0.457
+    """With ``user_habits``: the standard deviation of the log of a user's own within-user
+    run-time spread relative to the pooled one, >= 0 (0: every user equally erratic). Default:
+    measured on the same log."""
+    user_run_time_persistence: float = 0.526
+    """With ``user_habits``: how much a job follows the user's previous job, in [0, 1). Users
+    submit runs of similar jobs (a sweep, a debugging session): with this probability a job
+    repeats the workload class, pool and GPU count of the user's previous job, and its run-time
+    noise is the next step of a per-user AR(1) chain with this lag-1 correlation. 0: every job
+    draws afresh around the user's offset. Both chains are stationary, so the marginals are
+    unchanged. Default: calibrated like the share."""
+    user_limit_factor_share: float = 0.222
+    """With ``user_habits``: the share of the variance of the log over-asking factor
+    (limit / run time, ``limit_factor_sigma``) that lies between users, in [0, 1]: some users
+    always ask for about what they need, others for far more. Default: calibrated like the
+    run-time share."""
+    user_limit_factor_persistence: float = 0.484
+    """With ``user_habits``: the same lag-1 correlation for the log over-asking factor, in [0, 1).
+    Default: calibrated like the share."""
 
     def __post_init__(self) -> None:
         self._check_population()
@@ -169,6 +199,7 @@ class LabWorkloadParams:
         self._check_durations()
         self._check_limits()
         self._check_memory_and_cycle()
+        self._check_habits()
 
     def _check_population(self) -> None:
         p = "LabWorkloadParams"
@@ -233,6 +264,19 @@ class LabWorkloadParams:
         weekend = self.weekend_factor
         _check(f"{p}.weekend_factor", weekend, _is_fraction(weekend, open_low=True), "in (0, 1]")
 
+    def _check_habits(self) -> None:
+        p = "LabWorkloadParams"
+        habits = self.user_habits
+        _check(f"{p}.user_habits", habits, isinstance(habits, bool), "true or false")
+        for name in ("user_run_time_share", "user_limit_factor_share"):
+            value = getattr(self, name)
+            _check(f"{p}.{name}", value, _is_fraction(value), "in [0, 1]")
+        spread = self.user_run_time_sigma_spread
+        _check(f"{p}.user_run_time_sigma_spread", spread, 0.0 <= spread < math.inf, ">= 0 and finite")
+        for name in ("user_run_time_persistence", "user_limit_factor_persistence"):
+            value = getattr(self, name)
+            _check(f"{p}.{name}", value, 0.0 <= value < 1.0, "in [0, 1)")
+
 
 def heavy_user_ids(params: LabWorkloadParams) -> tuple[str, ...]:
     """The ids of the heavy users: the first ``max(1, round(users * heavy_user_fraction))``."""
@@ -291,7 +335,9 @@ def sample_lab_workload(
     ``share``), a size from ``gpu_weights`` restricted to the sizes the pool
     allows (at most ``max_job_gpus`` and ``capacity_gpus``; above
     ``gpus_per_node`` only whole multiples of it), a log-normal duration, an
-    over-estimated time limit and its GPU memory.
+    over-estimated time limit and its GPU memory. With ``params.user_habits``
+    the run time and the over-estimation factor also depend on the user, each
+    user keeping personal habits for the whole trace (see :func:`_draw_habits`).
 
     A job of ``g <= gpus_per_node`` GPUs is one task of ``g`` GPUs; a larger
     job is ``g / gpus_per_node`` tasks of ``gpus_per_node`` GPUs (one worker
@@ -330,6 +376,8 @@ def _draw(
 ) -> _Draws:
     """Every random column of the workload, drawn in a fixed order from ``rng``."""
     user, heavy_user = _draw_users(params, n_jobs, rng)
+    # Drawn only when on, so that a workload without habits draws exactly what it always did.
+    habits = _draw_habits(params, user, rng) if params.user_habits else None
     heavy_prob = np.where(
         heavy_user, params.heavy_workload_prob_heavy_user, params.heavy_workload_prob_light_user
     )
@@ -337,8 +385,10 @@ def _draw(
     shares = np.array([pool.share for pool in pools], dtype=np.float64)
     pool = rng.choice(len(pools), size=n_jobs, p=shares / shares.sum()).astype(np.int64)
     gpus = _draw_gpus(params, pools, pool, rng)
-    duration_s = _draw_durations(params, gpus, heavy_work, rng)
-    time_limit_s = _draw_time_limits(params, duration_s, rng)
+    if habits is not None:
+        heavy_work, pool, gpus = habits.repeat_shapes(heavy_work, pool, gpus)
+    duration_s = _draw_durations(params, gpus, heavy_work, rng, habits)
+    time_limit_s = _draw_time_limits(params, duration_s, rng, habits)
     type_memory = np.array([p.resource_type.gpu_memory_mib for p in pools], dtype=np.int64)
     gpu_memory_mib = _draw_gpu_memory(params, heavy_work, type_memory[pool], rng)
     submit_s = _draw_arrivals(params, pools, pool, gpus * duration_s, load=load, rng=rng)
@@ -375,6 +425,103 @@ def _draw_users(
         weights[heavy:] = (1.0 - params.heavy_user_job_share) / light
     user = rng.choice(params.users, size=n_jobs, p=weights / weights.sum()).astype(np.int64)
     return user, user < heavy
+
+
+@dataclass(frozen=True, eq=False)
+class _Habits:
+    """The users' habits, on the scale of standard normal draws."""
+
+    user: IntArray
+    """Each job's user, in draw order."""
+    repeat: BoolArray
+    """Whether each job repeats the shape of its user's previous job (never a user's first)."""
+    run: _Habit
+    factor: _Habit
+
+    def repeat_shapes(
+        self, heavy: BoolArray, pool: IntArray, gpus: IntArray
+    ) -> tuple[BoolArray, IntArray, IntArray]:
+        """The jobs' class, pool and size, with each repeating job given its user's previous
+        job's (itself perhaps a repeat). A fresh draw from the marginal or a copy of the
+        previous one: a chain whose stationary law is the marginal, so shares are kept."""
+        heavy, pool, gpus = heavy.copy(), pool.copy(), gpus.copy()
+        previous: dict[int, int] = {}
+        for k, (u, again) in enumerate(zip(self.user.tolist(), self.repeat.tolist(), strict=True)):
+            last = previous.get(u)
+            if again and last is not None:
+                heavy[k], pool[k], gpus[k] = heavy[last], pool[last], gpus[last]
+            previous[u] = k
+        return heavy, pool, gpus
+
+
+@dataclass(frozen=True, eq=False)
+class _Habit:
+    """One quantity's habits: per-user offset and within-user scale, and the chain's correlation."""
+
+    offset: FloatArray
+    """Where each user's values sit (the between-user part), one per user."""
+    scale: FloatArray
+    """Each user's within-user spread, one per user."""
+    persistence: float
+    """Lag-1 correlation of the within-user part along the user's jobs."""
+
+    def apply(self, normal: FloatArray, user: IntArray) -> FloatArray:
+        """Turn the jobs' own standard normal draws into draws with this habit."""
+        chained = _chain(normal, user, self.persistence)
+        out: FloatArray = self.offset[user] + self.scale[user] * chained
+        return out
+
+
+def _draw_habits(params: LabWorkloadParams, user: IntArray, rng: np.random.Generator) -> _Habits:
+    """One personal run-time and over-asking distribution per user, and which jobs repeat their
+    user's previous one (see ``LabWorkloadParams.user_run_time_persistence``).
+
+    A log value is ``sqrt(share) * A_u + sqrt(1 - share) * r_u * E``: ``A_u`` the user's normal
+    offset, ``E`` the job's own part, a stationary AR(1) chain of standard normals along the
+    user's jobs (see :func:`_chain`). With ``r_u = 1`` the sum is again a standard normal, so the
+    class model's marginal is kept exactly and only its split between users, within users and
+    along a user's jobs changes. ``r_u = exp(s B_u - s**2)`` with ``s`` the sigma spread makes some
+    users more erratic than others while keeping the mean of ``r_u**2`` at 1, hence the total
+    variance.
+    """
+    users = params.users
+    run_offset = rng.standard_normal(users)
+    spread_draw = rng.standard_normal(users)
+    factor_offset = rng.standard_normal(users)
+    repeat = rng.random(len(user)) < params.user_run_time_persistence
+    spread = params.user_run_time_sigma_spread
+    ratio = np.exp(spread * spread_draw - spread**2)
+    run_share, factor_share = params.user_run_time_share, params.user_limit_factor_share
+    run = _Habit(
+        math.sqrt(run_share) * run_offset,
+        math.sqrt(1.0 - run_share) * ratio,
+        params.user_run_time_persistence,
+    )
+    factor = _Habit(
+        math.sqrt(factor_share) * factor_offset,
+        np.full(users, math.sqrt(1.0 - factor_share)),
+        params.user_limit_factor_persistence,
+    )
+    return _Habits(user, repeat, run, factor)
+
+
+def _chain(normal: FloatArray, user: IntArray, rho: float) -> FloatArray:
+    """Per user, the AR(1) chain ``e_k = rho e_{k-1} + sqrt(1 - rho**2) z_k`` over the user's jobs
+    in draw order, started at ``e_0 = z_0`` (stationary: every ``e`` is a standard normal).
+
+    Within a pool, draw order is submission order (arrivals are sorted and handed out in draw
+    order); pools share one span, so across pools it is submission order up to noise.
+    """
+    if rho == 0.0:
+        return normal
+    out = np.empty_like(normal)
+    last: dict[int, float] = {}
+    keep = math.sqrt(1.0 - rho * rho)
+    for k, (u, z) in enumerate(zip(user.tolist(), normal.tolist(), strict=True)):
+        previous = last.get(u)
+        value = z if previous is None else rho * previous + keep * z
+        out[k] = last[u] = value
+    return out
 
 
 def _allowed_sizes(pool: PoolTarget) -> list[int]:
@@ -414,27 +561,42 @@ def _draw_gpus(
 
 
 def _draw_durations(
-    params: LabWorkloadParams, gpus: IntArray, heavy: BoolArray, rng: np.random.Generator
+    params: LabWorkloadParams,
+    gpus: IntArray,
+    heavy: BoolArray,
+    rng: np.random.Generator,
+    habits: _Habits | None = None,
 ) -> FloatArray:
-    """Log-normal true run times (whole seconds), longer for heavy and larger jobs."""
+    """Log-normal true run times (whole seconds), longer for heavy and larger jobs; with
+    ``habits`` the normal draw is split into the user's part and the job's own."""
     median = np.where(heavy, params.heavy_median_s, params.light_median_s)
     median = median * gpus.astype(np.float64) ** params.duration_size_exponent
     sigma = np.where(heavy, params.heavy_sigma, params.light_sigma)
-    duration = median * np.exp(sigma * rng.standard_normal(len(gpus)))
+    normal = rng.standard_normal(len(gpus))
+    if habits is not None:
+        normal = habits.run.apply(normal, habits.user)
+    duration = median * np.exp(sigma * normal)
     clipped: FloatArray = np.clip(np.rint(duration), params.min_duration_s, params.max_duration_s)
     return clipped
 
 
 def _draw_time_limits(
-    params: LabWorkloadParams, duration_s: FloatArray, rng: np.random.Generator
+    params: LabWorkloadParams,
+    duration_s: FloatArray,
+    rng: np.random.Generator,
+    habits: _Habits | None = None,
 ) -> FloatArray:
-    """Requested limits: the duration times a log-normal factor, rounded up like users do.
+    """Requested limits: the duration times a log-normal factor, rounded up like users do; with
+    ``habits`` the factor's normal draw is split into the user's part and the job's own.
 
     Always >= the duration: the factor is >= 1, rounding only goes up, and the
     cluster cap is never applied below the duration.
     """
     n = len(duration_s)
-    factor = params.limit_factor_median * np.exp(params.limit_factor_sigma * rng.standard_normal(n))
+    normal = rng.standard_normal(n)
+    if habits is not None:
+        normal = habits.factor.apply(normal, habits.user)
+    factor = params.limit_factor_median * np.exp(params.limit_factor_sigma * normal)
     factor = np.clip(factor, params.limit_factor_min, params.limit_factor_max)
     raw = duration_s * factor
     # Below an hour people round to minutes ("0:20:00"), or a 5-minute run would
