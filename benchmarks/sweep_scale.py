@@ -138,8 +138,8 @@ def main() -> None:
             "cells": cells,
         },
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load_avg": os.getloadavg()},
-        "note": "a shared development machine: other work ran beside it (see load_avg); "
-        "simulation speed of the day",
+        "note": "load_avg at the end: about the worker count when nothing else ran beside the "
+        "benchmark, more when other work shared the machine; simulation speed of the day",
         "measured": {
             "serial_s": round(serial_s, 2),
             "pool_s": round(pool_s, 2),
