@@ -12,6 +12,7 @@ passes it to :func:`write_results`: the checkout may move on while it runs.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 from collections.abc import Mapping
@@ -27,6 +28,15 @@ def seed_range(text: str) -> tuple[int, ...]:
     """``"first-last"`` -> the seeds from first to last, both included."""
     first, last = (int(x) for x in text.split("-"))
     return tuple(range(first, last + 1))
+
+
+def held_out_args(doc: str | None) -> argparse.Namespace:
+    """``--seeds first-last --jobs N`` of the lab comparisons that evaluate on the held-out seeds
+    10000-10004 (the learned policies never trained on them), 1,024 jobs each by default."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", default="10000-10004", help="held-out workload seeds, first-last")
+    parser.add_argument("--jobs", type=int, default=1024, help="jobs per workload")
+    return parser.parse_args()
 
 
 def print_targets(checks: Mapping[str, Mapping[str, object]]) -> None:

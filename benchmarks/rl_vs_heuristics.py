@@ -47,7 +47,6 @@ FirstFit and Tetris; per task, in the trace's time units. Reported, no target.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import platform
 import time
@@ -69,7 +68,7 @@ from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
 from loadmaster.scheduling.policy_net import load_policy
 from loadmaster.validation.deepjs_learned import TEST_CHUNKS, compare_choosers, load_chooser
 from loadmaster.validation.rlscheduler import SEQUENCE_STARTS, compare_learned
-from results_io import print_targets, provenance, seed_range, write_results
+from results_io import held_out_args, print_targets, provenance, seed_range, write_results
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference"
 SWF = REFERENCE / "swf" / "lublin_256.swf"
@@ -195,12 +194,7 @@ def deepjs_table() -> dict[str, dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seeds", default="10000-10004")
-    parser.add_argument("--jobs", type=int, default=1024)
-    args = parser.parse_args()
+    args = held_out_args(__doc__)
     source = provenance(ROOT)
     cluster = load_cluster("lab")
     profiles = comparison_profiles(learned_profiles("lab", "lab-fair"))

@@ -32,7 +32,6 @@ previous jobs in submission order, capped by the limit).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import platform
@@ -49,7 +48,7 @@ from loadmaster.scheduling import PluginSpec, Profile, build_profile
 from loadmaster.scheduling.framework import CycleContext
 from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
 from loadmaster.workload.habits import HISTORY_JOBS, rank_signal
-from results_io import provenance, seed_range, write_results
+from results_io import held_out_args, provenance, seed_range, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "user_habits.json"
@@ -137,12 +136,7 @@ def summarise(rows: Sequence[EvalRow], names: Sequence[str]) -> dict[str, dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seeds", default="10000-10004")
-    parser.add_argument("--jobs", type=int, default=1024)
-    args = parser.parse_args()
+    args = held_out_args(__doc__)
     source = provenance(ROOT)
     started = time.perf_counter()
     cluster = load_cluster("lab")
