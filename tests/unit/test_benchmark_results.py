@@ -27,6 +27,7 @@ NOT_BENCHMARKS = {
     "results_io.py": "the stamping module itself",
     "job_checksums.py": "writes the test fixture tests/fixtures/job_checksums.json, not a result",
     "sim_profile.py": "prints a cProfile table for docs/simulator.md; writes nothing",
+    "strict_fifo_cycles.py": "prints cycle counts for docs/simulator.md; writes nothing",
     "against_authors.py": "helpers of validate_research.py and validate_gavel.py, which write the results",
     "dashboard_live.py": "the live row of dashboard_scale.py, which writes the results",
 }
