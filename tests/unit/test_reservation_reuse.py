@@ -8,6 +8,8 @@ fresh search does, and search again when an input changes.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,12 +21,14 @@ from loadmaster.scheduling.placement import Scoring
 from loadmaster.scheduling.plugins.binpack import BinPack
 from loadmaster.scheduling.plugins.firstfit import FirstFit
 from loadmaster.scheduling.reservation import (
+    Booked,
     Future,
     Placer,
     Release,
     ReleasePlan,
     Reservation,
     SearchMemo,
+    _changed_ends,
     _Overlaps,
     _room_less,
     _Rooms,
@@ -308,3 +312,33 @@ def test_search_memo_searches_past_the_last_change_when_its_answer_came_before_i
         assert _same(got, fresh)
         found.append(None if got is None else got.start_s)
     assert found == [0.0, 50.0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pool=st.lists(
+        st.tuples(st.sampled_from([0.0, 5.0, 9.0]), st.sampled_from([10.0, 20.0]), placements),
+        min_size=1,
+        max_size=4,
+    ),
+    before=st.lists(st.tuples(st.integers(0, 3), st.booleans()), max_size=6),
+    after=st.lists(st.tuples(st.integers(0, 3), st.booleans()), max_size=6),
+)
+def test_changed_ends_are_those_of_the_counted_difference(
+    pool: list[tuple[float, float, TaskPlacement]],
+    before: list[tuple[int, bool]],
+    after: list[tuple[int, bool]],
+) -> None:
+    """The reservations' difference names the ends ``Counter`` names, whether equal entries hold
+    the same placements tuple (kept from the last cycle) or an equal copy (searched again)."""
+    kept = [(start, end, (placement,)) for start, end, placement in pool]
+
+    def entries(drawn: list[tuple[int, bool]]) -> Booked:
+        chosen = [(kept[i % len(kept)], copy) for i, copy in drawn]
+        return tuple((s, e, tuple(list(p)) if copy else p) for (s, e, p), copy in chosen)
+
+    old, new = entries(before), entries(after)
+    counted = collections.Counter(old)
+    counted.subtract(new)
+    expected = sorted(entry[1] for entry, count in counted.items() if count)
+    assert sorted(_changed_ends(old, new)) == expected

@@ -523,6 +523,8 @@ class Future:
     def after(self, k: int) -> WorkingState:
         """A new state: the current one after the first ``k`` releases."""
         view = self.state.copy()
+        if not k:
+            return view  # nothing released: the copy keeps the summaries, exact after every change
         plan = self.plan
         g, n = plan.gpu[: plan.gpu_upto[k]], plan.node[: plan.node_upto[k]]
         np.add.at(view.gpu_free, (g[:, 0], g[:, 1]), g[:, 2])
@@ -693,12 +695,10 @@ class _Overlaps:
     def __init__(self, reservations: Sequence[Reservation], run_s: float) -> None:
         self.reservations = reservations
         self.run_s = run_s
-        count = len(reservations)
-        self._vector = 0 < count <= 62  # a bit per reservation in an int64
-        if self._vector:
-            self._starts = np.array([r.start_s for r in reservations])
-            self._ends = np.array([r.end_s for r in reservations])
-            self._bits = np.left_shift(1, np.arange(count, dtype=np.int64))
+        self._vector = 0 < len(reservations) <= 62  # a bit per reservation in an int64
+        self._arrays: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray] | None = None
+        """Starts, ends and bits of the reservations: made at the first vectorised call (most
+        searches end within their first few candidates, which never need them)."""
         self._subsets: dict[int, tuple[int, ...]] = {}
 
     def of(self, times: list[float]) -> list[tuple[int, ...]]:
@@ -709,14 +709,22 @@ class _Overlaps:
                 tuple(i for i, r in enumerate(self.reservations) if r.overlaps(t, t + self.run_s))
                 for t in times
             ]
+        if self._arrays is None:
+            reservations = self.reservations
+            self._arrays = (
+                np.array([r.start_s for r in reservations]),
+                np.array([r.end_s for r in reservations]),
+                np.left_shift(1, np.arange(len(reservations), dtype=np.int64)),
+            )
+        starts, ends, bits = self._arrays
         column = np.array(times)[:, None]
-        hits = (self._starts < column + self.run_s) & (column < self._ends)
+        hits = (starts < column + self.run_s) & (column < ends)
         subsets = self._subsets
         found = []
-        for mask in (hits @ self._bits).tolist():
+        for mask in (hits @ bits).tolist():
             subset = subsets.get(mask)
             if subset is None:
-                subset = subsets[mask] = tuple(i for i in range(len(self._bits)) if mask >> i & 1)
+                subset = subsets[mask] = tuple(i for i in range(len(bits)) if mask >> i & 1)
             found.append(subset)
         return found
 
@@ -825,8 +833,10 @@ def _task_cap(
     return cap
 
 
-Booked = tuple[tuple[float, float, tuple[TaskPlacement, ...]], ...]
-"""Reservations as a search reads them: start, end and placements of each, in the walk's order."""
+BookedEntry = tuple[float, float, tuple[TaskPlacement, ...]]
+"""A reservation as a search reads it: its start, end and placements."""
+Booked = tuple[BookedEntry, ...]
+"""The reservations made before a search, in the walk's order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -986,13 +996,13 @@ def _settled(
         settled = max(settled, new_plan.times[new_k - 1])
     if old_k:
         settled = max(settled, old_plan.times[old_k - 1])
-    if last.booked != booked:
-        changed = collections.Counter(last.booked)
-        changed.subtract(booked)
-        settled = max([settled, *(entry[1] for entry, count in changed.items() if count)])
     found = last.found
     if found is not None and found.start_s <= settled:
-        return None  # the answer itself may change: the common case, so before comparing arrays
+        return None  # the answer itself may change: the common case, so before anything else
+    if last.booked != booked:
+        settled = max([settled, *_changed_ends(last.booked, booked)])
+        if found is not None and found.start_s <= settled:
+            return None  # a reservation that moved ends after the answer: before comparing arrays
     if any(before.shape != after.shape for before, after in zip(last.free, free, strict=True)):
         return None
     new_released = new_plan.released(new_k, free[0].shape)
@@ -1003,6 +1013,27 @@ def _settled(
         if not np.array_equal(now_free + now_released, then_free + then_released):
             return None
     return settled, found
+
+
+def _changed_ends(before: Booked, after: Booked) -> list[float]:
+    """The ends of the reservations that are in one of ``before`` and ``after`` and not in the other,
+    counted as multisets of equal entries (as ``collections.Counter`` counts them).
+
+    Entries holding the very same placements (a reservation kept from the last cycle, the usual
+    case) cancel first by identity, with no hashing of placements; only the rest are compared by
+    value. Cancelling a pair of equal entries leaves the difference of the multisets as it was.
+    """
+    by_identity: dict[tuple[float, float, int], tuple[BookedEntry, int]] = {}
+    for sign, entries in ((1, before), (-1, after)):
+        for entry in entries:
+            key = (entry[0], entry[1], id(entry[2]))
+            kept = by_identity.get(key)
+            by_identity[key] = (entry, sign if kept is None else kept[1] + sign)
+    changed: collections.Counter[BookedEntry] = collections.Counter()
+    for entry, count in by_identity.values():
+        if count:
+            changed[entry] += count
+    return [entry[1] for entry, count in changed.items() if count]
 
 
 def _common_tail(

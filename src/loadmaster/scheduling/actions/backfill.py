@@ -51,8 +51,11 @@ class _Shadows:
         self.reservations = reservations
         self._cache: dict[Hashable, WorkingState] = {}
         self._starts: list[float] = []
-        self._keys: list[Hashable] = ["now"]
-        """Memo key of the shadow less the first k reservations in start order, for each k."""
+        self._order: list[int] = []
+        """Indices of the reservations in start order (ties: in the order they were made)."""
+        self._keys: dict[int, Hashable] = {}
+        """Memo key of the shadow less the first k reservations in start order, by k (made when
+        first asked for since the last reservation, not all of them at every reservation)."""
         session.bind_listeners.append(self.on_bind)
 
     def on_bind(self, placements: Sequence[TaskPlacement]) -> None:
@@ -67,14 +70,19 @@ class _Shadows:
         ones a run from now overlaps are those starting before ``end_s``: a
         prefix of the reservations in start order, found by bisection.
         """
-        if len(self._keys) != len(self.reservations) + 1:
-            order = sorted(range(len(self.reservations)), key=lambda i: self.reservations[i].start_s)
-            self._starts = [self.reservations[i].start_s for i in order]
-            self._keys = ["now"] + [("shadow", tuple(sorted(order[:k]))) for k in range(1, len(order) + 1)]
+        if len(self._order) != len(self.reservations):
+            # A new reservation goes after those that start at the same time (a stable sort's order).
+            for i in range(len(self._order), len(self.reservations)):
+                at = bisect.bisect_right(self._starts, self.reservations[i].start_s)
+                self._starts.insert(at, self.reservations[i].start_s)
+                self._order.insert(at, i)
+            self._keys.clear()
         count = bisect.bisect_left(self._starts, end_s)
         if not count:
             return "now", self.session.ctx.state
-        key = self._keys[count]
+        key = self._keys.get(count)
+        if key is None:
+            key = self._keys[count] = ("shadow", tuple(sorted(self._order[:count])))
         cached = self._cache.get(key)
         if cached is None:
             cached = without(self.session.ctx.state, self.reservations, self.session.ctx.now, end_s)
