@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,7 +20,6 @@ from loadmaster import __version__
 from loadmaster.config import Cluster, Workload
 from loadmaster.metrics import RunSummary, summarize, wait_reasons
 from loadmaster.model import NodeTable, TraceJob
-from loadmaster.parallel import LocalPool, TaskError
 from loadmaster.prefork import Prefork
 from loadmaster.scheduling import Profile, Scheduler
 from loadmaster.scheduling.mig_plan import with_interactive_default
@@ -117,6 +115,12 @@ def _run_in_worker(task: _ProfileTask) -> ProfileRun:
 def _run_parallel(
     tasks: list[_ProfileTask], workers: int, progress: Callable[[str, int], None] | None
 ) -> list[ProfileRun]:
+    # Imported here: multiprocessing and the pool (concurrent.futures, logging, sockets) are tens
+    # of milliseconds of start-up that a run of one profile never uses.
+    import multiprocessing  # noqa: PLC0415
+
+    from loadmaster.parallel import LocalPool, TaskError  # noqa: PLC0415
+
     with multiprocessing.get_context("fork").Manager() as manager, LocalPool(workers) as pool:
         queue = manager.Queue()
         tickets = {
