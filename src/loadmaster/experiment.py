@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from loadmaster import __version__
 from loadmaster.config import Cluster, Workload
 from loadmaster.metrics import RunSummary, summarize, wait_reasons
 from loadmaster.model import NodeTable, TraceJob
-from loadmaster.parallel import LocalPool, TaskError
+from loadmaster.prefork import Prefork
 from loadmaster.scheduling import Profile, Scheduler
 from loadmaster.scheduling.mig_plan import with_interactive_default
 from loadmaster.sim import RunResult, SimOptions, simulate
@@ -115,6 +115,12 @@ def _run_in_worker(task: _ProfileTask) -> ProfileRun:
 def _run_parallel(
     tasks: list[_ProfileTask], workers: int, progress: Callable[[str, int], None] | None
 ) -> list[ProfileRun]:
+    # Imported here: multiprocessing and the pool (concurrent.futures, logging, sockets) are tens
+    # of milliseconds of start-up that a run of one profile never uses.
+    import multiprocessing  # noqa: PLC0415
+
+    from loadmaster.parallel import LocalPool, TaskError  # noqa: PLC0415
+
     with multiprocessing.get_context("fork").Manager() as manager, LocalPool(workers) as pool:
         queue = manager.Queue()
         tickets = {
@@ -160,21 +166,92 @@ def context(cluster: Cluster, workload: Workload, seed: int) -> dict[str, str]:
     }
 
 
-def write_outputs(out_dir: Path, runs: Sequence[ProfileRun], ctx: dict[str, str]) -> dict[str, Path]:
-    """Write metrics.json, per-profile job tables and timelines, PNG plots and report.html."""
+OUTPUT_PARTS: dict[str, tuple[str, ...]] = {
+    "tables and plots": ("loadmaster.report.tables", "loadmaster.report.plots"),
+    "report": ("loadmaster.report.html",),
+}
+"""The parts of :func:`write_outputs` that a helper process may write, with the modules each imports:
+Parquet and matplotlib for the first, plotly for the second (each about a quarter to half a second
+to import, and as long again to draw)."""
+
+Outputs = tuple[Path, Sequence["ProfileRun"], dict[str, str]]
+"""What each part of the outputs is written from: the folder, the runs and the context."""
+
+
+@contextmanager
+def output_helpers(*, fork: bool = True) -> Iterator[dict[str, Prefork]]:
+    """One helper process per part of :data:`OUTPUT_PARTS`, forked now, importing what its part needs.
+
+    For a caller that simulates next: the imports then overlap the simulation. Hand the helpers to
+    :func:`write_outputs` inside the ``with``; a helper given nothing (an error came first) is
+    stopped when it ends.
+    """
+    helpers = {part: Prefork(modules, fork=fork) for part, modules in OUTPUT_PARTS.items()}
+    try:
+        yield helpers
+    finally:
+        for helper in helpers.values():
+            helper.close()
+
+
+def write_outputs(
+    out_dir: Path,
+    runs: Sequence[ProfileRun],
+    ctx: dict[str, str],
+    helpers: Mapping[str, Prefork] | None = None,
+) -> dict[str, Path]:
+    """Write metrics.json, per-profile job tables and timelines, PNG plots and report.html.
+
+    With ``helpers`` (:func:`output_helpers`), the parts of :data:`OUTPUT_PARTS` are written by
+    them, at the same time as each other and metrics.json; every file is written before this
+    returns, and the files are the same as without.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    outputs: Outputs = (out_dir, runs, ctx)
+    parts: dict[str, Callable[[Outputs], None]] = {
+        "tables and plots": _write_tables_and_plots,
+        "report": _write_report,
+    }
+    waiting = []
+    for name, part in parts.items():
+        helper = (helpers or {}).get(name)
+        if helper is None:
+            part(outputs)
+        else:
+            helper.submit(part, outputs)
+            waiting.append(helper)
+    metrics_path = _write_metrics(outputs)
+    for helper in waiting:
+        helper.wait()
+    return {"metrics": metrics_path, "report": out_dir / "report.html"}
+
+
+def _write_tables_and_plots(outputs: Outputs) -> None:
     # Imported here: the plotting libraries cost a second to load, and compare() (the benchmarks,
     # the learned scheduler's evaluation) must run where they are not installed.
-    from loadmaster.report import (  # noqa: PLC0415
-        write_html_report,
-        write_job_table,
-        write_plots,
-        write_timeline,
-    )
+    from loadmaster.report.plots import write_plots  # noqa: PLC0415
+    from loadmaster.report.tables import write_job_table, write_timeline  # noqa: PLC0415
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir, runs, _ = outputs
     for run in runs:
         write_job_table(run.result.jobs, out_dir / f"jobs.{run.profile.name}")
         write_timeline(run.result.timeline, out_dir / f"timeline.{run.profile.name}")
+    pairs = {run.profile.name: (run.result.jobs, run.result.timeline) for run in runs}
+    write_plots(pairs, out_dir, by_size={run.profile.name: run.summary.by_size for run in runs})
+
+
+def _write_report(outputs: Outputs) -> None:
+    from loadmaster.report.html import write_html_report  # noqa: PLC0415 - as above
+
+    out_dir, runs, ctx = outputs
+    triples = {run.profile.name: (run.result.jobs, run.result.timeline, run.summary) for run in runs}
+    write_html_report(
+        triples, out_dir / "report.html", title="loadmaster: scheduling policies compared", context=ctx
+    )
+
+
+def _write_metrics(outputs: Outputs) -> Path:
+    out_dir, runs, ctx = outputs
     metrics = {
         "context": ctx,
         "profiles": {
@@ -191,10 +268,4 @@ def write_outputs(out_dir: Path, runs: Sequence[ProfileRun], ctx: dict[str, str]
     }
     metrics_path = out_dir / "metrics.json"
     metrics_path.write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
-    pairs = {run.profile.name: (run.result.jobs, run.result.timeline) for run in runs}
-    write_plots(pairs, out_dir)
-    triples = {run.profile.name: (run.result.jobs, run.result.timeline, run.summary) for run in runs}
-    report = write_html_report(
-        triples, out_dir / "report.html", title="loadmaster: scheduling policies compared", context=ctx
-    )
-    return {"metrics": metrics_path, "report": report}
+    return metrics_path

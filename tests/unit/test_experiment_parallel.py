@@ -1,13 +1,16 @@
-"""Profiles simulated in parallel processes give the same runs as one after the other."""
+"""Profiles simulated in parallel processes give the same runs as one after the other; outputs written
+by helper processes are the files written in this one."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
 from loadmaster.config import load_cluster, load_profiles, load_workload
-from loadmaster.experiment import compare
+from loadmaster.experiment import compare, context, output_helpers, write_outputs
 
 
 def test_two_workers_give_the_same_job_tables_and_full_progress() -> None:
@@ -27,3 +30,28 @@ def test_two_workers_give_the_same_job_tables_and_full_progress() -> None:
                 column
             )
         assert one.summary.mean_wait_s == other.summary.mean_wait_s
+
+
+_DIV_ID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""plotly names each chart's div with a fresh uuid4: the one part of the report that differs run to run."""
+
+
+def test_outputs_written_by_helper_processes_are_the_files_written_here(tmp_path: Path) -> None:
+    cluster = load_cluster("lab")
+    workload = load_workload("lab", cluster, jobs=40)
+    runs = compare(cluster, workload, [load_profiles()[name] for name in ("fifo", "sds")], seed=1)
+    ctx = context(cluster, workload, 1)
+    here = write_outputs(tmp_path / "here", runs, ctx)
+    with output_helpers() as helpers:
+        forked = write_outputs(tmp_path / "forked", runs, ctx, helpers)
+    assert all(p.is_relative_to(tmp_path / "forked") for p in forked.values())
+    names = sorted(p.name for p in (tmp_path / "here").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "forked").iterdir())
+    expected = {"report.html", "metrics.json", "wait_cdf.png", "jobs.fifo.parquet", "timeline.sds.csv"}
+    assert expected <= set(names)
+    for name in names:
+        mine, theirs = ((tmp_path / d / name).read_bytes() for d in ("here", "forked"))
+        if name == "report.html":
+            mine, theirs = _DIV_ID.sub(b"-", mine), _DIV_ID.sub(b"-", theirs)
+        assert mine == theirs, name
+    assert here["report"].name == forked["report"].name == "report.html"

@@ -25,7 +25,7 @@ from loadmaster.config import (
     select_profiles,
 )
 from loadmaster.errors import ConfigError
-from loadmaster.experiment import ProfileRun, compare, context, write_outputs
+from loadmaster.experiment import ProfileRun, compare, context, output_helpers, write_outputs
 from loadmaster.scheduling import PLUGINS, Profile
 
 DEFAULT_PROFILES = "kube-default,fifo,sds,nsml,slurm,fair"
@@ -72,44 +72,50 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
 ) -> None:
     """Run every profile on the same cluster and jobs; print a comparison and write a report."""
     _check_options(load=load, period=period, on_error=on_error, trace=trace)
-    spec_cluster = load_cluster(cluster)
-    available = load_profiles(profiles_file)
-    chosen = select_profiles(available, [p.strip() for p in profiles.split(",") if p.strip()], "--profiles")
-    if trace is not None:
-        spec_workload = load_trace_workload(
-            trace,
-            spec_cluster,
-            jobs=jobs,
-            load=load,
-            seed=workload_seed,
-            on_error="skip" if on_error == "skip" else "stop",
+    # Forked first: they import the plotting and Parquet libraries while this process simulates.
+    with output_helpers() as helpers:
+        spec_cluster = load_cluster(cluster)
+        available = load_profiles(profiles_file)
+        chosen = select_profiles(
+            available, [p.strip() for p in profiles.split(",") if p.strip()], "--profiles"
         )
-    else:
-        spec_workload = load_workload(workload, spec_cluster, jobs=jobs, load=load, seed=workload_seed)
-    nodes = spec_cluster.nodes
-    console.print(
-        f"[bold]{spec_cluster.name}[/]: {len(nodes)} nodes, {nodes.total_gpus} GPUs; "
-        f"[bold]{spec_workload.name}[/]: {len(spec_workload.jobs)} jobs at load {spec_workload.load_text}"
-    )
-    for line in spec_workload.replay.lines() if spec_workload.replay else ():
-        console.print(line, markup=False, highlight=False)
-    wanted = frozenset(explain or ())
-    unknown = sorted(wanted - {t.job.id for t in spec_workload.jobs})
-    if unknown:
-        raise ConfigError("--explain", "", f"no job {unknown[0]!r} in the workload (ids look like j000001)")
-    parallel = workers if workers is not None else os.cpu_count() or 1
-    runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted, parallel)
-    console.print(_comparison(runs))
-    for run in runs:
-        if run.summary.jobs_rejected:
-            console.print(_rejections(run), markup=False, highlight=False)
-    if any(math.isnan(run.summary.jain_fairness) for run in runs):
-        console.print("jain -: the jobs have fewer than two users, so there is no fairness to compare.")
-    for job_id in sorted(wanted):
-        console.print(_story(job_id, runs))
-    with working(f"Writing the report, plots and job tables to {out}"):
-        paths = write_outputs(out, runs, context(spec_cluster, spec_workload, seed))
-    console.print(f"Report: [bold]{paths['report']}[/]  metrics: {paths['metrics']}")
+        if trace is not None:
+            spec_workload = load_trace_workload(
+                trace,
+                spec_cluster,
+                jobs=jobs,
+                load=load,
+                seed=workload_seed,
+                on_error="skip" if on_error == "skip" else "stop",
+            )
+        else:
+            spec_workload = load_workload(workload, spec_cluster, jobs=jobs, load=load, seed=workload_seed)
+        nodes = spec_cluster.nodes
+        console.print(
+            f"[bold]{spec_cluster.name}[/]: {len(nodes)} nodes, {nodes.total_gpus} GPUs; "
+            f"[bold]{spec_workload.name}[/]: {len(spec_workload.jobs)} jobs at load {spec_workload.load_text}"
+        )
+        for line in spec_workload.replay.lines() if spec_workload.replay else ():
+            console.print(line, markup=False, highlight=False)
+        wanted = frozenset(explain or ())
+        unknown = sorted(wanted - {t.job.id for t in spec_workload.jobs})
+        if unknown:
+            raise ConfigError(
+                "--explain", "", f"no job {unknown[0]!r} in the workload (ids look like j000001)"
+            )
+        parallel = workers if workers is not None else os.cpu_count() or 1
+        runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted, parallel)
+        console.print(_comparison(runs))
+        for run in runs:
+            if run.summary.jobs_rejected:
+                console.print(_rejections(run), markup=False, highlight=False)
+        if any(math.isnan(run.summary.jain_fairness) for run in runs):
+            console.print("jain -: the jobs have fewer than two users, so there is no fairness to compare.")
+        for job_id in sorted(wanted):
+            console.print(_story(job_id, runs))
+        with working(f"Writing the report, plots and job tables to {out}"):
+            paths = write_outputs(out, runs, context(spec_cluster, spec_workload, seed), helpers)
+        console.print(f"Report: [bold]{paths['report']}[/]  metrics: {paths['metrics']}")
 
 
 def _rejections(run: ProfileRun) -> str:

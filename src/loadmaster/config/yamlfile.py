@@ -82,17 +82,39 @@ def find_document(folder: str, name_or_path: str, builtin: tuple[str, ...]) -> Y
     return read_yaml(path)
 
 
+FAST_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's parser where PyYAML was built with it (the usual wheels are): the same safe
+constructor and resolver on nodes parsed in C, several times faster than the pure-Python parser."""
+
+
 def parse_yaml(text: str, source: str) -> YamlDocument:
-    """Parse YAML ``text`` that came from ``source``."""
+    """Parse YAML ``text`` that came from ``source``.
+
+    Parsed once into nodes (kept for the lines of errors) and built into data from those nodes,
+    as ``yaml.safe_load`` builds them. Bad YAML is parsed again by the pure-Python loader, so that
+    the message is PyYAML's own wherever libyaml is or is not present.
+    """
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(where, "", f"not valid YAML: {problem}") from None
+        root, data = _compose_and_construct(text, FAST_LOADER)
+    except yaml.YAMLError:
+        try:
+            root, data = _compose_and_construct(text, yaml.SafeLoader)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{source}:{mark.line + 1}" if mark is not None else source
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError(where, "", f"not valid YAML: {problem}") from None
     return YamlDocument(source=source, data=data, root=root)
+
+
+def _compose_and_construct(text: str, loader_class: type[yaml.SafeLoader]) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree and its data, from one parse (``safe_load`` is the two in one)."""
+    loader = loader_class(text)
+    try:
+        root = loader.get_single_node()
+        return root, loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
 
 
 M = TypeVar("M", bound=pydantic.BaseModel)

@@ -17,7 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from loadmaster.metrics import summarize
+from loadmaster.metrics import GroupStats, summarize
 from loadmaster.model.outcome import JobTable, Timeline
 from loadmaster.report.charts import Chart, Panel, report_charts
 
@@ -145,15 +145,20 @@ def draw_png(chart: Chart, path: Path) -> Path:
     return draw(chart, path)
 
 
-def write_plots(runs: Runs, out_dir: Path) -> list[Path]:
+def write_plots(
+    runs: Runs, out_dir: Path, by_size: Mapping[str, Mapping[str, GroupStats]] | None = None
+) -> list[Path]:
     """Write wait_cdf.png, bsld_by_size.png, allocation.png and queue_length.png.
 
     ``runs`` maps policy name to its (JobTable, Timeline); policies are drawn
     in mapping order with fixed colours. Creates ``out_dir`` if needed and
     returns the paths written. Long timelines are binned to at most
     :data:`loadmaster.report.charts.MAX_POINTS` steps per line: the line is the mean, the shaded band
-    reaches the peak, so short spikes stay visible.
+    reaches the peak, so short spikes stay visible. ``by_size`` is each run's
+    :attr:`RunSummary.by_size <loadmaster.metrics.RunSummary.by_size>` where the caller has its
+    summaries (computed from the tables otherwise).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    by_size = {policy: summarize(table, timeline).by_size for policy, (table, timeline) in runs.items()}
+    if by_size is None:
+        by_size = {policy: summarize(table, timeline).by_size for policy, (table, timeline) in runs.items()}
     return [draw_png(chart, out_dir / f"{chart.name}.png") for chart in report_charts(runs, by_size)]

@@ -7,6 +7,7 @@ scheduler, :meth:`bind` and :meth:`release` to carry out decisions.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -130,29 +131,42 @@ class SimCluster:
             del self.queue_counts[queue]
         return pending
 
-    def take(self, placement: TaskPlacement) -> None:
-        """Use a placement's resources; fails loudly if that would over-allocate."""
-        if placement.mig is not None:
-            if self.mig is None:
-                raise SimulationError(f"{placement}: a MIG placement on a cluster with no MIG GPU")
-            self.mig.occupy(placement.node, placement.mig)
-        self._apply(placement, -1)
-        node = placement.node
-        if (self.gpu_free[node] < 0).any() or self.cpu_free[node] < 0 or self.memory_free[node] < 0:
-            raise SimulationError(f"node {self.nodes.nodes[node].name} over-allocated by {placement}")
+    def take(self, placements: Sequence[TaskPlacement]) -> None:
+        """Use the resources of a bind's placements; fails loudly if that would over-allocate.
 
-    def release(self, placement: TaskPlacement) -> None:
-        """Give a placement's resources back."""
-        if placement.mig is not None and self.mig is not None:
-            self.mig.vacate(placement.node, placement.mig)
-        self._apply(placement, +1)
+        All of them at once: a job of 8 one-GPU tasks on one node is 8 placements, and the node's
+        summary (whole GPUs, largest share, free milli-GPU) is computed once, not 8 times. Taking
+        only lowers free resources, so a node over-allocated part way is over-allocated at the end.
+        """
+        for placement in placements:
+            if placement.mig is not None:
+                if self.mig is None:
+                    raise SimulationError(f"{placement}: a MIG placement on a cluster with no MIG GPU")
+                self.mig.occupy(placement.node, placement.mig)
+        for node in self._apply(placements, -1):
+            if (self.gpu_free[node] < 0).any() or self.cpu_free[node] < 0 or self.memory_free[node] < 0:
+                on_node = ", ".join(str(p) for p in placements if p.node == node)
+                raise SimulationError(f"node {self.nodes.nodes[node].name} over-allocated by {on_node}")
 
-    def _apply(self, placement: TaskPlacement, sign: int) -> None:
-        node = placement.node
-        delta = sign * placement.gpu_milli
-        for gpu in placement.gpu_indices:
-            self.gpu_free[node, gpu] += delta
-        summary = node_gpu_summary(self.gpu_free[node])
-        self.whole_free[node], self.largest_share[node], self.free_milli[node] = summary
-        self.cpu_free[node] += sign * placement.cpu_milli
-        self.memory_free[node] += sign * placement.memory_mib
+    def release(self, placements: Sequence[TaskPlacement]) -> None:
+        """Give the resources of a job's placements back (each node's summary computed once)."""
+        for placement in placements:
+            if placement.mig is not None and self.mig is not None:
+                self.mig.vacate(placement.node, placement.mig)
+        self._apply(placements, +1)
+
+    def _apply(self, placements: Sequence[TaskPlacement], sign: int) -> list[int]:
+        """Add ``sign`` x each placement's resources; return the nodes touched, in first-touch order."""
+        touched: dict[int, None] = {}
+        for placement in placements:
+            node = placement.node
+            delta = sign * placement.gpu_milli
+            for gpu in placement.gpu_indices:
+                self.gpu_free[node, gpu] += delta
+            self.cpu_free[node] += sign * placement.cpu_milli
+            self.memory_free[node] += sign * placement.memory_mib
+            touched[node] = None
+        for node in touched:
+            summary = node_gpu_summary(self.gpu_free[node])
+            self.whole_free[node], self.largest_share[node], self.free_milli[node] = summary
+        return list(touched)

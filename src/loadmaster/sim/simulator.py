@@ -209,8 +209,7 @@ class Simulator:
         self._report(1)
 
     def _release(self, running: RunningJob) -> None:
-        for placement in running.placements:
-            self.cluster.release(placement)
+        self.cluster.release(running.placements)
 
     def _cycle(self, now: float) -> None:
         if self.cluster.pending:
@@ -273,8 +272,7 @@ class Simulator:
 
     def _bind(self, bind: Bind, now: float) -> None:
         pending = self.cluster.pending[bind.job_id]
-        for placement in bind.placements:
-            self.cluster.take(placement)
+        self.cluster.take(bind.placements)
         gpus = sum(len(p.gpu_indices) * p.gpu_milli for p in bind.placements) / MILLI_PER_GPU
         self._bind_times.setdefault(bind.job_id, []).append((now, gpus))
         placements = pending.bound + bind.placements

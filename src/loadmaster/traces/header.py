@@ -69,14 +69,15 @@ def header_rows(
     A header that lacks a ``required`` column stops the read (no row could be
     read); a bad line becomes a :class:`RowError` for the bad-row policy.
     """
-    header: Header | None = None
+    parse_cells: Callable[[list[str]], Row] | None = None
     for cells in csv.reader(lines):
         if not any(cell.strip() for cell in cells):
             continue
-        if header is None:
+        if parse_cells is None:
             header = Header.parse(cells, required, lines.source, lines.line, hint)
+            parse_cells = partial(_parse_cells, header, parse)  # built once, not per row
             continue
-        yield lines.line, guard(partial(_parse_cells, header, parse), cells)
+        yield lines.line, guard(parse_cells, cells)
 
 
 def _parse_cells(header: Header, parse: FieldParser, cells: list[str]) -> Row:

@@ -90,6 +90,7 @@ class ReadReport:
 
 
 _NOT_NULL = tuple(c.name for c in COLUMNS if not c.nullable)
+_NAMES = frozenset(COLUMN_NAMES)
 
 
 def check_row(row: Row) -> RowError | None:
@@ -97,9 +98,9 @@ def check_row(row: Row) -> RowError | None:
     for name in _NOT_NULL:
         if row.get(name) is None:
             return RowError(name, "is required and missing")
-    unknown = set(row) - set(COLUMN_NAMES)
-    if unknown:
-        return RowError(sorted(unknown)[0], f"is not a canonical column (allowed: {', '.join(COLUMN_NAMES)})")
+    if not _NAMES.issuperset(row):  # no set built per row in the usual case
+        unknown = sorted(set(row) - _NAMES)[0]
+        return RowError(unknown, f"is not a canonical column (allowed: {', '.join(COLUMN_NAMES)})")
     submit = row["submit_s"]
     if not isinstance(submit, int | float) or not math.isfinite(submit):
         return RowError("submit_s", f"must be a finite number of seconds, got {submit!r}")
@@ -126,9 +127,12 @@ def batches(
     on_error: OnError = "stop",
     batch_rows: int = BATCH_ROWS,
 ) -> Iterator[pa.RecordBatch]:
-    """Check ``rows``, apply ``on_error`` to bad ones, and yield canonical record batches."""
-    columns: dict[str, list[object]] = {name: [] for name in COLUMN_NAMES}
-    count = 0
+    """Check ``rows``, apply ``on_error`` to bad ones, and yield canonical record batches.
+
+    Good rows are kept whole and turned into columns once per batch (one list comprehension per
+    column), rather than appended to every column row by row.
+    """
+    kept: list[Row] = []
     for line, row in rows:
         problem = row if isinstance(row, RowError) else check_row(row)
         if problem is not None:
@@ -139,20 +143,17 @@ def batches(
             report.note(BadRow(line, problem.field, problem.message))
             continue
         assert not isinstance(row, RowError)  # narrowed by check above; never fails
-        for name, values in columns.items():
-            values.append(row.get(name))
-        count += 1
+        kept.append(row)
         report.rows += 1
-        if count == batch_rows:
-            yield _batch(columns)
-            columns = {name: [] for name in COLUMN_NAMES}
-            count = 0
-    if count or report.rows == 0:
-        yield _batch(columns)
+        if len(kept) == batch_rows:
+            yield _batch(kept)
+            kept = []
+    if kept or report.rows == 0:
+        yield _batch(kept)
 
 
-def _batch(columns: dict[str, list[object]]) -> pa.RecordBatch:
-    arrays = [pa.array(columns[c.name], type=c.type) for c in COLUMNS]
+def _batch(rows: list[Row]) -> pa.RecordBatch:
+    arrays = [pa.array([row.get(c.name) for row in rows], type=c.type) for c in COLUMNS]
     return pa.RecordBatch.from_arrays(arrays, schema=SCHEMA)
 
 
