@@ -7,8 +7,11 @@ Counts the simulator's cycles, those that ran the scheduler (a cycle with no
 job waiting costs almost nothing), the scheduler's CPU time per cycle and the
 mean queue length it saw, and the *repeat* cycles: no decision, after a cycle
 with no decision and with no job ended since, so the cluster and the blocked
-head are what they were (an exact skip of such a cycle would change nothing).
-On 1,000 x 8 GPUs at load 1.1 (docs/simulator.md, "Linear cost for strict FIFO").
+head are what they were (an exact skip of such a cycle would change nothing),
+and how many cycles the scheduler answered as repeats of the last one without
+walking the queue (``Scheduler.skipped_cycles``; 0 on code without the skip).
+On 1,000 x 8 GPUs at load 1.1 (docs/simulator.md, "Linear cost for strict FIFO"
+and "Repeat cycles skipped (strict FIFO)").
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ def main() -> None:
         f"{args.profile}, {args.jobs} jobs, load {args.load:g}: {cpu:.2f} s CPU, {steps} cycles, "
         f"{scheduler.cycles} ran the scheduler ({scheduler.cycle_s:.2f} s, "
         f"{scheduler.cycle_s / ran * 1e6:.0f} us each, mean queue {scheduler.queued / ran:.0f}), "
-        f"{scheduler.repeats} repeat cycles ({scheduler.repeat_s:.2f} s)"
+        f"{scheduler.repeats} repeat cycles ({scheduler.repeat_s:.2f} s), "
+        f"{getattr(scheduler, 'skipped_cycles', 0)} skipped"
     )
 
 

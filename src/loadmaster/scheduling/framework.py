@@ -158,6 +158,11 @@ class FilterPlugin(Plugin):
     framework may skip jobs of a shape that already failed in the cycle.
     """
 
+    reads_nodes_only: ClassVar[bool] = False
+    """True for a filter whose answer reads only the job and the node table (``ctx.state.nodes``):
+    no time, no random draws, nothing else of the snapshot. A strict FIFO cycle that bound nothing
+    may then be answered as the last one was when nothing it read changed (``scheduling.repeat``)."""
+
     def filter(self, job: Job, ctx: CycleContext) -> FilterResult:
         raise NotImplementedError
 

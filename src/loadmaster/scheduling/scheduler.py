@@ -15,6 +15,7 @@ from loadmaster.scheduling.actions import admit, allocate, backfill, preempt
 from loadmaster.scheduling.decisions import Bind, CycleResult
 from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
+from loadmaster.scheduling.repeat import RepeatCycles, skips_repeats
 from loadmaster.scheduling.reservation import ReleaseBook, Reservation, SearchMemo
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
@@ -41,7 +42,9 @@ class Scheduler:
     ``commits_head``, the head job each queue lane committed to in the last
     cycle (the first job of the lane left waiting), which then goes first
     until it starts; and the last cycle's backfill reservations, so that a job
-    starts on the GPUs it was promised (see ``actions.promise``).
+    starts on the GPUs it was promised (see ``actions.promise``); and, for a
+    strict FIFO profile, the last cycle that bound nothing, with what it read,
+    so that a cycle that would repeat it returns its result (``repeat``).
     """
 
     def __init__(self, profile: Profile) -> None:
@@ -64,6 +67,8 @@ class Scheduler:
         self._promised: dict[str, Reservation] = {}
         """Job id -> the backfill reservation it got in the last cycle (``Session.promised``)."""
         """Lane -> id of the head job committed to in the last cycle (only when ``_commits``)."""
+        self._repeats = RepeatCycles() if skips_repeats(profile) else None
+        """The last cycle that bound nothing, where the profile's such cycles can be repeated exactly."""
 
     def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         """Decide what to bind now, and say why every other pending job waits.
@@ -76,18 +81,35 @@ class Scheduler:
         fourth or fifth cycle): the cycle's tail latency. Reference counting
         frees them anyway; the collector's work moves to between cycles, when
         the scheduler waits for the next event. Decisions do not change.
+
+        A strict FIFO cycle that would repeat the last one (it bound nothing, and
+        the free resources and each lane's first job are the same) returns the
+        last result without walking the queue (``repeat``): same result.
         """
         if not snapshot.pending:
             return CycleResult(decisions=())
+        repeats = self._repeats
+        if repeats is not None:
+            repeated = repeats.result(snapshot)
+            if repeated is not None:
+                return repeated
         # Not a context manager: creating one allocates, and the first allocation after a cycle
         # would start the collection that the previous cycle put off, inside this one.
         enabled = gc.isenabled()
         gc.disable()
         try:
-            return self._cycle(snapshot, now, rng)
+            result = self._cycle(snapshot, now, rng)
+            if repeats is not None:
+                repeats.remember(snapshot, result)
         finally:
             if enabled:
                 gc.enable()
+        return result
+
+    @property
+    def skipped_cycles(self) -> int:
+        """Cycles answered with the last cycle's result, as repeats of it (see ``repeat``)."""
+        return self._repeats.skipped if self._repeats is not None else 0
 
     @property
     def search_counts(self) -> tuple[int, int]:

@@ -36,6 +36,7 @@ class CudaCompat(FilterPlugin):
     """Nodes whose driver runs the job's CUDA release (natively, or by minor-version or forward compat)."""
 
     name = "cuda-compat"
+    reads_nodes_only = True  # the job and the node table (ctx.state.nodes); no time, no draws
     Args = CudaCompatArgs
 
     def __init__(self, args: CudaCompatArgs | None = None) -> None:

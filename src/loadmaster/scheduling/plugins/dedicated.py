@@ -57,6 +57,7 @@ class Dedicated(FilterPlugin):
     """Other groups' jobs are kept off dedicated nodes; the owner's jobs are kept on them (unless spill)."""
 
     name = "dedicated"
+    reads_nodes_only = True  # the job and the node table (ctx.state.nodes); no time, no draws
     Args = DedicatedArgs
 
     def __init__(self, args: DedicatedArgs | None = None) -> None:

@@ -32,6 +32,7 @@ class NodeAffinityPlugin(FilterPlugin, ScorePlugin):
     """Filter: a required term matches. Score: weights of the matching preferred terms, scaled to 0-100."""
 
     name = "node-affinity"
+    reads_nodes_only = True  # the job and the node table (ctx.state.nodes); no time, no draws
 
     def __init__(self, args: object | None = None) -> None:
         super().__init__(args)

@@ -25,6 +25,7 @@ class NodeUnschedulable(FilterPlugin):
     """Cordoned nodes are off limits to jobs that do not tolerate the cordon."""
 
     name = "node-unschedulable"
+    reads_nodes_only = True  # the job and the node table (ctx.state.nodes); no time, no draws
 
     def __init__(self, args: object | None = None) -> None:
         super().__init__(args)

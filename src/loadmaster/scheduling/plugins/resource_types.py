@@ -52,6 +52,7 @@ class ResourceTypes(FilterPlugin):
     """All nodes, or none with the reason; a job without a type keeps the nodes whose bundle it fits."""
 
     name = "resource-types"
+    reads_nodes_only = True  # the job and the node table (ctx.state.nodes); no time, no draws
     Args = ResourceTypesArgs
 
     def __init__(self, args: ResourceTypesArgs | None = None) -> None:

@@ -76,6 +76,7 @@ class SizeZones(FilterPlugin):
     """Allow the job's zone, its overflow zones, and zones no rule names."""
 
     name = "size-zones"
+    reads_nodes_only = True  # the job and the node table (ctx.state.nodes); no time, no draws
     Args = SizeZonesArgs
 
     def __init__(self, args: SizeZonesArgs | None = None) -> None:

@@ -40,6 +40,7 @@ class TaintToleration(FilterPlugin, ScorePlugin):
     """Filter: every hard taint tolerated. Score: fewer untolerated PreferNoSchedule taints is better."""
 
     name = "taint-toleration"
+    reads_nodes_only = True  # the job and the node table (ctx.state.nodes); no time, no draws
 
     def __init__(self, args: object | None = None) -> None:
         super().__init__(args)

@@ -1,0 +1,172 @@
+"""Repeat cycles of a strict FIFO profile: the last cycle's result, when nothing it read changed.
+
+A strict queue whose head cannot start is the steady state of an overloaded
+FIFO cluster: cycle after cycle (each job that arrives runs one) the walk
+retries the same head on the same free resources and fails with the same
+reason. Such a cycle is a pure function of a few inputs, so the scheduler can
+tell from the snapshot alone (nothing only a simulator knows) that it would
+repeat the last one, and return the last result without the walk.
+
+Which profiles: those whose cycle with no decision reads nothing but the
+queue lanes' first jobs, the node table and the free resources
+(:func:`skips_repeats`). For them, a cycle that bound nothing examined the
+first job of each lane (each failed, so each lane blocked at it) and no other:
+every other waiting job gets its lane's "queued behind" status. If the next
+snapshot has the same node table, the same free resources (compared by value:
+a driver may hand views of arrays it changes in place), the same lanes and,
+in each, the same first job (the same job with the same bound tasks), the
+walk would examine the same jobs in the same order on the same state, and
+give the same statuses; a job that arrived since sits behind its lane's head
+and gets the lane's status, as it would in a full cycle. Such a profile draws
+nothing from the random stream in a cycle (no order key, pure scores and
+filters), so a skipped cycle consumes what a full one does: nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.model import ClusterSnapshot, NodeTable, PendingJob
+from loadmaster.scheduling.decisions import CycleResult
+from loadmaster.scheduling.framework import GpuChoicePlugin
+from loadmaster.scheduling.profile import Profile
+from loadmaster.scheduling.status import Status
+
+IntArray = npt.NDArray[np.int64]
+
+
+def skips_repeats(profile: Profile) -> bool:
+    """Whether ``profile``'s cycles that bind nothing depend only on what :class:`RepeatCycles` compares.
+
+    * ``allocate`` alone: no admission (it keeps verdicts that change with binds and time), no
+      backfill (reservations read running jobs and time), no preemption (reads running jobs).
+    * a strict order that follows submission order, with no lanes of its own and no committed
+      heads: the walk's first job of each lane is the lane's first pending job, and no order
+      key is computed (none reads time or draws).
+    * filters that read only the job and the node table (``FilterPlugin.reads_nodes_only``), pure
+      scores (``ScorePlugin.pure``: the state and the job, no draws), none that chooses GPUs, and
+      no topology plugin: a placement that fails is a function of the job and the state.
+    Permit plugins see only the job and the count placed.
+    """
+    order = profile.order
+    scores = [plugin for plugin, _ in profile.scores]
+    return (
+        tuple(profile.actions) == ("allocate",)
+        and any(p.strict for p in order)
+        and all(p.follows_submission_order for p in order)
+        and not any(p.splits_queues or p.commits_head for p in order)
+        and not profile.admit
+        and all(p.reads_nodes_only for p in profile.filters)
+        and all(p.pure and not isinstance(p, GpuChoicePlugin) for p in scores)
+        and profile.place_gang is None
+    )
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class _Last:
+    """A cycle that bound nothing: what it read, and what it answered."""
+
+    nodes: NodeTable
+    free: tuple[tuple[tuple[int, ...], np.dtype[np.int64], bytes], ...]
+    """The snapshot's free-resource arrays (see :func:`_free`): shape, type and contents of each."""
+    queues: frozenset[str]
+    heads: tuple[PendingJob, ...]
+    """The first pending job of each lane, in queue order."""
+    statuses: Mapping[str, Status]
+    blocked: Mapping[str, Status]
+
+
+class RepeatCycles:
+    """The last cycle that bound nothing, and whether a snapshot would repeat it (one per scheduler)."""
+
+    def __init__(self) -> None:
+        self._last: _Last | None = None
+        self.skipped = 0
+        """Cycles answered with the last result (for benchmarks)."""
+
+    def result(self, snapshot: ClusterSnapshot) -> CycleResult | None:
+        """The last result if ``snapshot`` holds everything the last cycle read, unchanged; else None.
+
+        The checks go from the cheapest to the costliest, and those that differ most often (a job
+        ended or started) before the queue's heads. A new result object with its own mappings:
+        a driver may keep or change what it is given.
+        """
+        last = self._last
+        if last is None or snapshot.nodes is not last.nodes or snapshot.mig is not None:
+            return None
+        if snapshot.queues() != last.queues:
+            return None
+        if not _unchanged(_free(snapshot), last.free):
+            return None
+        if _heads(snapshot.pending, last.queues) != last.heads:
+            return None
+        self.skipped += 1
+        return CycleResult((), dict(last.statuses), dict(last.blocked))
+
+    def remember(self, snapshot: ClusterSnapshot, result: CycleResult) -> None:
+        """Keep ``result`` for the next cycle if it bound nothing and examined only the lanes' heads.
+
+        The second condition always holds for a profile of :func:`skips_repeats` (a job that fails
+        blocks its lane); it is checked anyway, since the skip is exact only where it holds.
+        """
+        self._last = None
+        if result.decisions or snapshot.mig is not None:
+            return
+        queues = snapshot.queues()
+        heads = _heads(snapshot.pending, queues)
+        if set(result.statuses) != {p.job.id for p in heads} or set(result.blocked) != queues:
+            return
+        free = tuple((array.shape, array.dtype, array.tobytes()) for array in _free(snapshot))
+        self._last = _Last(snapshot.nodes, free, queues, heads, dict(result.statuses), dict(result.blocked))
+
+
+def _free(snapshot: ClusterSnapshot) -> tuple[IntArray, ...]:
+    """The snapshot's free resources, the per-node summaries first (smallest, and they change
+    with nearly every start and end): what the cycle's working state is built from."""
+    arrays = (
+        snapshot.free_milli,
+        snapshot.cpu_free_milli,
+        snapshot.memory_free_mib,
+        snapshot.whole_free,
+        snapshot.largest_share,
+        snapshot.gpu_free_milli,
+    )
+    return arrays if snapshot.pods_free is None else (*arrays, snapshot.pods_free)
+
+
+def _unchanged(
+    arrays: tuple[IntArray, ...], kept: tuple[tuple[tuple[int, ...], np.dtype[np.int64], bytes], ...]
+) -> bool:
+    """Whether ``arrays`` hold what ``kept`` says, stopping at the first that does not.
+
+    Bytes rather than ``np.array_equal``: copying 1,000 x 8 values out and comparing them with
+    ``memcmp`` costs a few microseconds; numpy's elementwise comparison and its reduction, several
+    times that per array.
+    """
+    if len(arrays) != len(kept):
+        return False
+    for array, (shape, dtype, data) in zip(arrays, kept, strict=True):
+        if array.shape != shape or array.dtype != dtype or array.tobytes() != data:
+            return False
+    return True
+
+
+def _heads(pending: Collection[PendingJob], queues: frozenset[str]) -> tuple[PendingJob, ...]:
+    """The first job of each queue in ``pending`` (submission order), in that order.
+
+    Stops once every queue has its head: one job for a single queue.
+    """
+    heads: list[PendingJob] = []
+    seen: set[str] = set()
+    for item in pending:
+        queue = item.job.queue
+        if queue not in seen:
+            seen.add(queue)
+            heads.append(item)
+            if len(seen) >= len(queues):
+                break
+    return tuple(heads)
