@@ -323,7 +323,9 @@ class ReleasePlan:
             [(p.node, p.cpu_milli, p.memory_mib) for e in extra for p in e.placements], dtype=np.int64
         ).reshape(-1, 3)
         gpu_counts = [sum(len(p.gpu_indices) for p in e.placements) for e in extra]
-        order = np.argsort(np.array(self.times + [e.end_s for e in extra]), kind="stable")
+        every_time = [*self.times, *(e.end_s for e in extra)]
+        time_array = np.array(every_time, dtype=np.float64)
+        order = np.argsort(time_array, kind="stable")
         merged = copy.copy(self)
         merged._per_node = {}
         merged._cumulative = None
@@ -335,9 +337,14 @@ class ReleasePlan:
         # read): the merged plan reads each one's time and placements through the order, on demand.
         everyone = [*_placements_of(self.ends), *(e.placements for e in extra)]
         chosen = order.tolist()
-        every_time = [*self.times, *(e.end_s for e in extra)]
         merged.times = [every_time[i] for i in chosen]
         merged.ends = _Ends(merged.times, everyone, chosen)
+        if self._tail_arrays is not None:  # kept in step where this plan has them, else made on demand
+            extra_ids = np.fromiter((id(e.placements) for e in extra), dtype=np.intp, count=len(extra))
+            merged._tail_arrays = (
+                time_array[order],
+                np.concatenate([self._tail_arrays[1], extra_ids])[order],
+            )
         merged.gpu, merged.gpu_upto = _merge_blocks(self.gpu, self.gpu_upto, gpu, _upto(gpu_counts), order)
         counts = [len(e.placements) for e in extra]
         merged.node, merged.node_upto = _merge_blocks(self.node, self.node_upto, node, _upto(counts), order)
@@ -394,6 +401,9 @@ class ReleaseBook:
         self._jobs: list[RunningJob] = []
         self._placements: list[tuple[TaskPlacement, ...]] = []
         self._natural = np.zeros(64, dtype=float)
+        self._ids = np.zeros(64, dtype=np.intp)
+        """The identity of each slot's placements (``_placements`` keeps them alive): a plan's
+        :meth:`ReleasePlan.tail_arrays` is a gather of it."""
         self._gpu_at = np.zeros(64, dtype=np.int64)
         self._gpu_count = np.zeros(64, dtype=np.int64)
         self._node_at = np.zeros(64, dtype=np.int64)
@@ -412,7 +422,7 @@ class ReleaseBook:
     def _add(self, running: RunningJob, natural_end_s: float, gpu: IntArray2, node: IntArray2) -> int:
         slot = len(self._placements)
         if slot == len(self._natural):
-            for name in ("_natural", "_gpu_at", "_gpu_count", "_node_at", "_node_count"):
+            for name in ("_natural", "_ids", "_gpu_at", "_gpu_count", "_node_at", "_node_count"):
                 column = getattr(self, name)
                 setattr(self, name, np.concatenate([column, np.zeros_like(column)]))
         self._gpu_rows, self._gpu_at[slot] = _append(self._gpu_rows, self._gpu_used, gpu), self._gpu_used
@@ -424,6 +434,7 @@ class ReleaseBook:
         self._node_used += len(node)
         self._gpu_count[slot], self._node_count[slot] = len(gpu), len(node)
         self._natural[slot] = natural_end_s
+        self._ids[slot] = id(running.placements)
         self._placements.append(running.placements)
         self._jobs.append(running)
         self._slot_of[id(running)] = slot
@@ -440,6 +451,7 @@ class ReleaseBook:
             node = node_rows[old[3][slot] : old[3][slot] + old[4][slot]]
             self._add(job, float(old[0][slot]), gpu, node)
             self._placements[-1] = placements[slot]
+            self._ids[len(self._placements) - 1] = id(placements[slot])
 
     def plan(
         self, running: Collection[RunningJob], now: float, estimate_s: Callable[[RunningJob], float]
@@ -472,11 +484,13 @@ class ReleaseBook:
         chosen = index[order]
         gpu, gpu_upto = _gather(self._gpu_rows, self._gpu_at[chosen], self._gpu_count[chosen])
         node, node_upto = _gather(self._node_rows, self._node_at[chosen], self._node_count[chosen])
-        times: list[float] = ends[order].tolist()
+        ordered_ends = ends[order]
+        times: list[float] = ordered_ends.tolist()
         ordered = _Ends(times, self._placements, chosen.tolist())
         plan = ReleasePlan.of(
             ordered, times=times, gpu=gpu, gpu_upto=gpu_upto, node=node, node_upto=node_upto
         )
+        plan._tail_arrays = (ordered_ends, self._ids[chosen])
         earliest = float(natural.min()) if len(natural) else float("inf")
         self._last = (jobs, earliest, now, plan)
         return plan
