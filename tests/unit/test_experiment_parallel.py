@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from loadmaster.config import load_cluster, load_profiles, load_workload
-from loadmaster.experiment import compare, context, output_helpers, write_outputs
+from loadmaster.experiment import compare, context, expected_cost, output_helpers, write_outputs
 
 
 def test_two_workers_give_the_same_job_tables_and_full_progress() -> None:
@@ -55,3 +55,14 @@ def test_outputs_written_by_helper_processes_are_the_files_written_here(tmp_path
             mine, theirs = _DIV_ID.sub(b"-", mine), _DIV_ID.sub(b"-", theirs)
         assert mine == theirs, name
     assert here["report"].name == forked["report"].name == "report.html"
+
+
+def test_dearest_profiles_start_first() -> None:
+    """The demo's profiles ranked as their measured times order them (docs/simulator.md): conservative
+    backfill, then EASY backfill and preemption, then the non-strict walk, then strict FIFO."""
+    shipped = load_profiles()
+    rank = {
+        name: expected_cost(shipped[name])
+        for name in ("slurm", "sds", "nsml", "fair", "kube-default", "fifo")
+    }
+    assert rank["slurm"] > rank["sds"] == rank["nsml"] > rank["fair"] > rank["kube-default"] > rank["fifo"]

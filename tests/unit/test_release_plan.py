@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzzing import examples
-from loadmaster.model import TaskPlacement
-from loadmaster.scheduling.reservation import Release, ReleasePlan
+from loadmaster.model import Job, RunningJob, TaskPlacement, TaskRequest
+from loadmaster.scheduling.reservation import Release, ReleaseBook, ReleasePlan
 
 _placement = st.builds(
     TaskPlacement,
@@ -45,7 +45,12 @@ def test_merged_plan_equals_plan_built_from_every_release(base: list[Release], e
     everyone = sorted([*base, *extra], key=lambda r: r.end_s)  # stable: base first on ties
     whole = ReleasePlan(everyone, {})
     assert merged.times == whole.times
-    assert [e is w for e, w in zip(merged.ends, whole.ends, strict=True)] == [True] * len(whole.ends)
+    # The same releases in the same order: each one's time and its very placements (a merged plan
+    # makes its releases on demand, so the Release objects themselves are new).
+    pairs = zip(merged.ends, whole.ends, strict=True)
+    assert [(e.end_s, e.placements is w.placements) for e, w in pairs] == [
+        (w.end_s, True) for w in whole.ends
+    ]
     assert _rows_by_release(merged) == _rows_by_release(whole)
     assert np.array_equal(merged.gpu_upto, whole.gpu_upto)
     assert np.array_equal(merged.node_upto, whole.node_upto)
@@ -66,3 +71,40 @@ def test_cumulative_matrices_hold_per_node_for_every_k(base: list[Release], extr
         for k in range(len(candidate.times) + 1):
             for row, expected in zip(matrices, candidate.per_node(k, 6), strict=True):
                 assert row[k].tolist() == expected.tolist()
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    ends=st.lists(st.sampled_from([10.0, 20.0, 30.0, 45.0]), min_size=1, max_size=8),
+    extra=st.lists(_release, max_size=4),
+    now=st.sampled_from([0.0, 15.0, 40.0]),
+)
+def test_tail_arrays_kept_by_the_book_are_those_of_the_fingerprint(
+    ends: list[float], extra: list[Release], now: float
+) -> None:
+    """The times and placement identities a book's plan carries (and keeps in step through a merge)
+    are the ones made from its fingerprint: two plans' common tail is compared on them."""
+    running = [RunningJob(_job(f"j{i}"), (_one(i),), 0.0) for i in range(len(ends))]
+    estimate = dict(zip((r.job.id for r in running), ends, strict=True))
+    plan = ReleaseBook().plan(running, now, lambda r: estimate[r.job.id])
+    for candidate in (plan, plan.plus(extra)):
+        kept = candidate.tail_arrays()
+        times, placements = candidate.fingerprint()
+        assert kept[0].tolist() == list(times)
+        assert kept[1].tolist() == [id(p) for p in placements]
+
+
+def _job(job_id: str) -> Job:
+    return Job(
+        id=job_id,
+        user="u",
+        group="g",
+        submit_s=0.0,
+        tasks=1,
+        request=TaskRequest(gpu_milli=1000),
+        time_limit_s=60.0,
+    )
+
+
+def _one(node: int) -> TaskPlacement:
+    return TaskPlacement(node=node % 6, gpu_indices=(0,), gpu_milli=1000, cpu_milli=0, memory_mib=0)

@@ -251,6 +251,9 @@ class ReservePlugin(Plugin):
     fixed_running_estimates: bool = False
     """True when :meth:`running_estimate_s` depends on the running job alone (not on the time or the
     cluster): the scheduler then keeps running jobs' expected ends from cycle to cycle."""
+    reservations_per_lane: int = 1
+    """Most jobs of one queue lane that reserve in a cycle (besides starving ones): each is a search of
+    the running jobs' ends, the dearest step of a backfilling cycle. Read to guess a profile's cost."""
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
         """Whether ``pending`` gets a reservation, ``held`` having been made in its queue lane this cycle."""

@@ -196,6 +196,7 @@ class ReleasePlan:
             tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]] | None
         ) = None
         self._fingerprint: PlanKey | None = None
+        self._tail_arrays: tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]] | None = None
         self._cumulative_gpu: IntArray | None = None
         self._released: dict[int, tuple[IntArray, IntArray, IntArray]] = {}
 
@@ -216,6 +217,7 @@ class ReleasePlan:
         plan.node, plan.node_upto, plan._per_node = node, node_upto, {}
         plan._cumulative = None
         plan._fingerprint = None
+        plan._tail_arrays = None
         plan._cumulative_gpu = None
         plan._released = {}
         return plan
@@ -224,10 +226,19 @@ class ReleasePlan:
         """What the plan is made of: its times and each release's placements, in order. Two plans
         with equal fingerprints have the same rows, so every search reads the same future from them."""
         if self._fingerprint is None:
-            ends = self.ends
-            placements = ends.placements() if isinstance(ends, _Ends) else tuple(e.placements for e in ends)
-            self._fingerprint = (tuple(self.times), placements)
+            self._fingerprint = (tuple(self.times), _placements_of(self.ends))
         return self._fingerprint
+
+    def tail_arrays(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
+        """The fingerprint as arrays: the times, and the identity of each release's placements
+        (kept: :func:`_common_tail` compares a plan with several others in a cycle)."""
+        if self._tail_arrays is None:
+            times, placements = self.fingerprint()
+            self._tail_arrays = (
+                np.array(times, dtype=np.float64),
+                np.fromiter(map(id, placements), dtype=np.intp, count=len(placements)),
+            )
+        return self._tail_arrays
 
     def per_node(
         self, k: int, size: int
@@ -312,20 +323,37 @@ class ReleasePlan:
             [(p.node, p.cpu_milli, p.memory_mib) for e in extra for p in e.placements], dtype=np.int64
         ).reshape(-1, 3)
         gpu_counts = [sum(len(p.gpu_indices) for p in e.placements) for e in extra]
-        order = np.argsort(np.array(self.times + [e.end_s for e in extra]), kind="stable")
+        every_time = [*self.times, *(e.end_s for e in extra)]
+        time_array = np.array(every_time, dtype=np.float64)
+        order = np.argsort(time_array, kind="stable")
         merged = copy.copy(self)
         merged._per_node = {}
         merged._cumulative = None
         merged._fingerprint = None
+        merged._tail_arrays = None
         merged._cumulative_gpu = None
         merged._released = {}
-        everyone = [*self.ends, *extra]
-        merged.ends = [everyone[i] for i in order]
-        merged.times = [e.end_s for e in merged.ends]
+        # The releases are not made one by one (a plan from the book holds thousands, most never
+        # read): the merged plan reads each one's time and placements through the order, on demand.
+        everyone = [*_placements_of(self.ends), *(e.placements for e in extra)]
+        chosen = order.tolist()
+        merged.times = [every_time[i] for i in chosen]
+        merged.ends = _Ends(merged.times, everyone, chosen)
+        if self._tail_arrays is not None:  # kept in step where this plan has them, else made on demand
+            extra_ids = np.fromiter((id(e.placements) for e in extra), dtype=np.intp, count=len(extra))
+            merged._tail_arrays = (
+                time_array[order],
+                np.concatenate([self._tail_arrays[1], extra_ids])[order],
+            )
         merged.gpu, merged.gpu_upto = _merge_blocks(self.gpu, self.gpu_upto, gpu, _upto(gpu_counts), order)
         counts = [len(e.placements) for e in extra]
         merged.node, merged.node_upto = _merge_blocks(self.node, self.node_upto, node, _upto(counts), order)
         return merged
+
+
+def _placements_of(ends: Sequence[Release]) -> tuple[tuple[TaskPlacement, ...], ...]:
+    """Each release's placements, in order (from a book's plan without making its releases)."""
+    return ends.placements() if isinstance(ends, _Ends) else tuple(e.placements for e in ends)
 
 
 class _Ends(Sequence[Release]):
@@ -373,6 +401,9 @@ class ReleaseBook:
         self._jobs: list[RunningJob] = []
         self._placements: list[tuple[TaskPlacement, ...]] = []
         self._natural = np.zeros(64, dtype=float)
+        self._ids = np.zeros(64, dtype=np.intp)
+        """The identity of each slot's placements (``_placements`` keeps them alive): a plan's
+        :meth:`ReleasePlan.tail_arrays` is a gather of it."""
         self._gpu_at = np.zeros(64, dtype=np.int64)
         self._gpu_count = np.zeros(64, dtype=np.int64)
         self._node_at = np.zeros(64, dtype=np.int64)
@@ -391,7 +422,7 @@ class ReleaseBook:
     def _add(self, running: RunningJob, natural_end_s: float, gpu: IntArray2, node: IntArray2) -> int:
         slot = len(self._placements)
         if slot == len(self._natural):
-            for name in ("_natural", "_gpu_at", "_gpu_count", "_node_at", "_node_count"):
+            for name in ("_natural", "_ids", "_gpu_at", "_gpu_count", "_node_at", "_node_count"):
                 column = getattr(self, name)
                 setattr(self, name, np.concatenate([column, np.zeros_like(column)]))
         self._gpu_rows, self._gpu_at[slot] = _append(self._gpu_rows, self._gpu_used, gpu), self._gpu_used
@@ -403,6 +434,7 @@ class ReleaseBook:
         self._node_used += len(node)
         self._gpu_count[slot], self._node_count[slot] = len(gpu), len(node)
         self._natural[slot] = natural_end_s
+        self._ids[slot] = id(running.placements)
         self._placements.append(running.placements)
         self._jobs.append(running)
         self._slot_of[id(running)] = slot
@@ -419,6 +451,7 @@ class ReleaseBook:
             node = node_rows[old[3][slot] : old[3][slot] + old[4][slot]]
             self._add(job, float(old[0][slot]), gpu, node)
             self._placements[-1] = placements[slot]
+            self._ids[len(self._placements) - 1] = id(placements[slot])
 
     def plan(
         self, running: Collection[RunningJob], now: float, estimate_s: Callable[[RunningJob], float]
@@ -451,11 +484,13 @@ class ReleaseBook:
         chosen = index[order]
         gpu, gpu_upto = _gather(self._gpu_rows, self._gpu_at[chosen], self._gpu_count[chosen])
         node, node_upto = _gather(self._node_rows, self._node_at[chosen], self._node_count[chosen])
-        times: list[float] = ends[order].tolist()
+        ordered_ends = ends[order]
+        times: list[float] = ordered_ends.tolist()
         ordered = _Ends(times, self._placements, chosen.tolist())
         plan = ReleasePlan.of(
             ordered, times=times, gpu=gpu, gpu_upto=gpu_upto, node=node, node_upto=node_upto
         )
+        plan._tail_arrays = (ordered_ends, self._ids[chosen])
         earliest = float(natural.min()) if len(natural) else float("inf")
         self._last = (jobs, earliest, now, plan)
         return plan
@@ -1040,14 +1075,29 @@ def _common_tail(
     old: ReleasePlan, new: ReleasePlan, tails: dict[tuple[int, int], tuple[ReleasePlan, ReleasePlan, int]]
 ) -> int:
     """How many releases the two plans end with alike (times and placements); kept in ``tails`` by
-    the pair (a cycle's searches compare the same few plans)."""
+    the pair (a cycle's searches compare the same few plans).
+
+    Two plans of consecutive cycles usually share nearly all their releases (a few jobs started
+    or ended), so the tail is thousands of releases long on a big cluster: it is found with one
+    vectorised comparison of the times and of the placements' identities, and only where that
+    stops (a release whose placements are equal but not the same object, if any) compared by
+    value, one release at a time, as before.
+    """
     pair = (id(old), id(new))
     kept = tails.get(pair)
     if kept is not None and kept[0] is old and kept[1] is new:
         return kept[2]
     old_times, old_placements = old.fingerprint()
     new_times, new_placements = new.fingerprint()
-    common, most = 0, min(len(old_times), len(new_times))
+    most = min(len(old_times), len(new_times))
+    common = 0
+    if most:
+        old_arrays, new_arrays = old.tail_arrays(), new.tail_arrays()
+        differs = (old_arrays[0][-most:] != new_arrays[0][-most:]) | (
+            old_arrays[1][-most:] != new_arrays[1][-most:]
+        )
+        last = np.flatnonzero(differs)
+        common = most - 1 - int(last[-1]) if len(last) else most
     while (
         common < most
         and old_times[-1 - common] == new_times[-1 - common]

@@ -84,6 +84,7 @@ class Backfill(ReservePlugin):
         self.backfill_by_submission = self.settings.submission_order
         # The time limit and no early ends: a running job's expected end never changes.
         self.fixed_running_estimates = self.settings.estimate == "limit" and self.settings.early_ends is None
+        self.reservations_per_lane = 1 if self.settings.mode == "easy" else self.settings.depth
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
         return held < (1 if self.settings.mode == "easy" else self.settings.depth)

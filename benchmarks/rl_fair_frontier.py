@@ -1,0 +1,244 @@
+"""Fairness as a frontier: mean bounded slowdown against the largest wait (issue 24, item 5).
+
+A starvation guard trades the two: serving jobs that have waited ``T`` first (and reserving for
+them) cuts the largest wait and costs some slowdown. Each policy is therefore a family of points,
+one per threshold, and the question is not whether one point beats another on one axis but
+whether any heuristic point is better on both than a point of the learned family.
+
+Points, on the built-in ``lab`` workload (1,024 jobs, held-out seeds 10000-10004, means over the
+seeds), at loads 0.9 and 1.1:
+
+* learned: the ``lab-fair`` checkpoint (``learned-fair``) and the ``lab`` checkpoint
+  (``learned``), each with EASY backfill and the guard at every threshold (none, 48, 24, 12, 6
+  and 3 hours: the guard serves jobs waiting that long first, oldest first, and reserves for
+  them, as the shipped ``learned-fair`` does at 6 h);
+* heuristics with a guard, at the same thresholds: ``sjf-backfill`` and the shipped backfilling
+  profiles ``sds``, ``nsml`` and ``slurm`` (the ``backfill`` plugin's ``starvation_s``);
+* heuristics without one, a point each: ``fifo`` (its order is its own guard), ``sjf``,
+  ``first-fit``, ``random``, ``tetris``, ``fair``, ``binpack-skip`` and ``kube-default``.
+
+Target (issue 24): at each load, no heuristic point is better on both axes than a point of the
+learned family's frontier (the learned points no other learned point beats on both).
+
+    python benchmarks/rl_fair_frontier.py [--seeds 10000-10004] [--workers 2]
+
+Prints the points and writes benchmarks/results/rl_fair_frontier.json and .png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from loadmaster.config import load_cluster, load_profiles
+from loadmaster.parallel import LocalPool, TaskError
+from loadmaster.rl.evaluate import HEURISTICS, EvalRow, evaluate, learned_profile
+from loadmaster.scheduling import Profile, build_profile
+from loadmaster.scheduling.plugins.backfill import Backfill
+from results_io import print_targets, provenance, seed_range, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "rl_fair_frontier.json"
+LOADS = (0.9, 1.1)
+THRESHOLDS_H: tuple[float | None, ...] = (None, 48.0, 24.0, 12.0, 6.0, 3.0)
+LEARNED = {"learned-fair": "lab-fair", "learned": "lab"}
+GUARDED = ("sjf-backfill", "sds", "nsml", "slurm")
+UNGUARDED = ("fifo", "sjf", "first-fit", "random", "tetris", "fair", "binpack-skip", "kube-default")
+
+
+def _guard(threshold_h: float | None) -> str:
+    return "no guard" if threshold_h is None else f"guard {threshold_h:g}h"
+
+
+def _with_guard(profile: Profile, name: str, threshold_h: float | None) -> Profile:
+    """``profile`` with its backfill plugin's starvation guard at ``threshold_h`` (None: none)."""
+    guard = None if threshold_h is None else threshold_h * 3600
+
+    def guarded(plugin: object) -> object:
+        if not isinstance(plugin, Backfill):
+            return plugin
+        return Backfill(dataclasses.replace(plugin.settings, starvation_s=guard))
+
+    return dataclasses.replace(profile, name=name, plugins=tuple(guarded(p) for p in profile.plugins))
+
+
+def profiles() -> dict[str, tuple[str, Profile]]:
+    """Point name -> (family, profile)."""
+    shipped = load_profiles()
+    heuristics = {
+        name: build_profile(name, list(actions), list(plugins), source="rl_fair_frontier")
+        for name, (actions, plugins) in HEURISTICS.items()
+    }
+    out: dict[str, tuple[str, Profile]] = {}
+    for threshold_h in THRESHOLDS_H:
+        guard = None if threshold_h is None else threshold_h * 3600
+        for family, checkpoint in LEARNED.items():
+            name = f"{family} {_guard(threshold_h)}"
+            out[name] = (family, learned_profile(name, checkpoint, guard))
+        for family in GUARDED:
+            base = heuristics.get(family) or shipped[family]
+            name = f"{family} {_guard(threshold_h)}"
+            out[name] = (family, _with_guard(base, name, threshold_h))
+    for family in UNGUARDED:
+        out[family] = (family, heuristics.get(family) or shipped[family])
+    return out
+
+
+def _cell(arg: tuple[float, int, int]) -> list[EvalRow]:
+    """Every point's policy on one (load, seed) workload: a worker's task."""
+    load, seed, jobs = arg
+    chosen = {name: profile for name, (_, profile) in profiles().items()}
+    return evaluate(load_cluster("lab"), chosen, loads=(load,), seeds=(seed,), jobs=jobs)
+
+
+def frontier(points: dict[str, tuple[float, float]]) -> list[str]:
+    """The points no other point dominates (lower is better on both axes; another point dominates
+    one that it equals or beats on both and beats on one, so of equal points all stay)."""
+    return [
+        name
+        for name, (x, y) in points.items()
+        if not any(
+            ox <= x and oy <= y and (ox < x or oy < y) for other, (ox, oy) in points.items() if other != name
+        )
+    ]
+
+
+def check(points: dict[str, tuple[float, float]], family_of: dict[str, str]) -> dict[str, object]:
+    """At one load: the learned frontier, and every heuristic point better on both than one of it."""
+    learned = {n: p for n, p in points.items() if family_of[n] in LEARNED}
+    edge = frontier(learned)
+    beaten = sorted(
+        f"{h} beats {n}"
+        for h, (hx, hy) in points.items()
+        if family_of[h] not in LEARNED
+        for n in edge
+        if hx < learned[n][0] and hy < learned[n][1]
+    )
+    return {"learned_frontier": edge, "beaten": beaten}
+
+
+def plot(table: dict[str, dict[str, dict[str, float]]], family_of: dict[str, str], path: Path) -> None:
+    import matplotlib  # noqa: PLC0415 - only for the figure
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(1, len(table), figsize=(6.5 * len(table), 5), squeeze=False)
+    families = list(dict.fromkeys(family_of.values()))
+    colours = plt.get_cmap("tab20")
+    for ax, (load, points) in zip(axes[0], table.items(), strict=True):
+        for i, family in enumerate(families):
+            mine = [(n, p) for n, p in points.items() if family_of[n] == family]
+            xs = [p["mean_bounded_slowdown"] for _, p in mine]
+            ys = [p["max_wait_h"] for _, p in mine]
+            learned = family in LEARNED
+            ax.plot(
+                xs,
+                ys,
+                marker="*" if learned else "o",
+                markersize=10 if learned else 5,
+                linestyle="-" if len(mine) > 1 else "none",
+                linewidth=1.6 if learned else 0.7,
+                color=colours(i % 20),
+                label=family,
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("mean bounded slowdown (log)")
+        ax.set_ylabel("largest wait (h)")
+        ax.set_title(f"load {load}: lower left is better")
+    axes[0][-1].legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", default="10000-10004", help="held-out workload seeds, first-last")
+    parser.add_argument("--jobs", type=int, default=1024, help="jobs per workload")
+    parser.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS), help="comma-separated loads")
+    parser.add_argument("--workers", type=int, default=2, help="workloads simulated at once")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    source = provenance(ROOT)
+    loads = tuple(float(x) for x in args.loads.split(","))
+    family_of = {name: family for name, (family, _) in profiles().items()}
+    cells = [(load, seed, args.jobs) for load in loads for seed in seed_range(args.seeds)]
+    started = time.perf_counter()
+    rows: list[EvalRow] = []
+    with LocalPool(args.workers) as pool:
+        for cell in cells:
+            pool.submit(_cell, cell)
+        done = 0
+        while done < len(cells):
+            for item in pool.wait(1.0):
+                if item.error is not None:
+                    raise TaskError(item.error)
+                rows.extend(item.value)
+                done += 1
+                print(f"\r[{done:>3}/{len(cells)}] workloads simulated", end="", flush=True)
+    print()
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    checks: dict[str, dict[str, object]] = {}
+    details: dict[str, dict[str, object]] = {}
+    for load in loads:
+        here = [r for r in rows if r.load == load]
+        points = {
+            name: {
+                "mean_bounded_slowdown": statistics.fmean(
+                    r.mean_bounded_slowdown for r in here if r.profile == name
+                ),
+                "max_wait_h": statistics.fmean(r.max_wait_h for r in here if r.profile == name),
+            }
+            for name in family_of
+        }
+        key = f"{load:g}"
+        table[key] = points
+        found = check(
+            {n: (p["mean_bounded_slowdown"], p["max_wait_h"]) for n, p in points.items()}, family_of
+        )
+        details[key] = found
+        beaten = found["beaten"]
+        assert isinstance(beaten, list)
+        checks[f"no_heuristic_beats_learned_frontier@{key}"] = {
+            "target": "no heuristic point better on both mean bounded slowdown and largest wait than a "
+            "point of the learned frontier",
+            "measured": "none" if not beaten else f"{len(beaten)}: " + "; ".join(beaten[:4]),
+            "pass": not beaten,
+        }
+        print(f"\nload {key} (means over seeds {args.seeds}); * marks the learned frontier")
+        print(f"{'point':<30}{'bsld':>9}{'largest wait h':>16}")
+        edge = set(found["learned_frontier"])  # type: ignore[arg-type]
+        for name, p in sorted(points.items(), key=lambda item: item[1]["mean_bounded_slowdown"]):
+            mark = " *" if name in edge else ""
+            print(f"{name:<30}{p['mean_bounded_slowdown']:>9.3f}{p['max_wait_h']:>16.1f}{mark}")
+    print_targets(checks)
+    figure = args.out.with_suffix(".png")
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    plot(table, family_of, figure)
+    result = {
+        "benchmark": "rl_fair_frontier",
+        "command": "python benchmarks/rl_fair_frontier.py "
+        f"--seeds {args.seeds} --jobs {args.jobs} --loads {args.loads} --workers {args.workers}",
+        "machine": {"python": platform.python_version(), "cpus": 2},
+        "workload": {"name": "lab", "jobs": args.jobs, "loads": list(loads), "seeds": args.seeds},
+        "thresholds_h": [math.inf if t is None else t for t in THRESHOLDS_H],
+        "families": family_of,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "points": table,
+        "frontier": details,
+        "figure": figure.name,
+        "targets": checks,
+    }
+    write_results(args.out, ROOT, result, source)
+
+
+if __name__ == "__main__":
+    main()
