@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 import pydantic
@@ -173,7 +173,7 @@ def _instantiate(spec: PluginSpec, source: str, field: str) -> Plugin:
             f"unknown argument; arguments of {spec.name}: {allowed_args}",
         )
     try:
-        args: object = pydantic.TypeAdapter(cls.Args).validate_python(dict(spec.args))
+        args: object = _args_adapter(cls.Args).validate_python(dict(spec.args))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(part) for part in first["loc"])
@@ -183,6 +183,16 @@ def _instantiate(spec: PluginSpec, source: str, field: str) -> Plugin:
             f"{first['msg']} (got {first.get('input')!r}); arguments of {spec.name}: {allowed_args}",
         ) from None
     return cls(args)
+
+
+@cache
+def _args_adapter(args_type: type) -> pydantic.TypeAdapter[Any]:
+    """The validator of one plugin's arguments, built once per class.
+
+    Why: building a TypeAdapter generates its schema (about a millisecond); the built-in profiles
+    hold some fifty plugins of a few classes, and each process loads them before it simulates.
+    """
+    return pydantic.TypeAdapter(args_type)
 
 
 _NEEDS: tuple[tuple[type[Plugin], str, str], ...] = (

@@ -2,38 +2,98 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from loadmaster.traces.gavel import read_gavel
-from loadmaster.traces.generic import read_csv
-from loadmaster.traces.helios import read_helios
-from loadmaster.traces.openb import read_openb
-from loadmaster.traces.pai import read_pai
-from loadmaster.traces.philly import read_philly
-from loadmaster.traces.pollux import read_pollux
-from loadmaster.traces.rows import OnError, TraceError
-from loadmaster.traces.sacct import read_sacct
-from loadmaster.traces.source import Progress
-from loadmaster.traces.swf import read_swf
-from loadmaster.traces.tiresias import read_tiresias
-from loadmaster.traces.trace import Format, Trace, read_lines, read_parquet
+from loadmaster.traces.rows import OnError, Row, RowError, TraceError
+from loadmaster.traces.source import Lines, Progress
+from loadmaster.traces.trace import Format, LineReader, Trace, read_lines, read_parquet
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """The line reader ``module.function``, its module imported on the first file of that format.
+
+    Why: a run reads one format, and the ten readers' modules (with what they import) cost a tenth
+    of a second or more to import; ``loadmaster simulate`` pays its imports before it simulates.
+    """
+
+    module: str
+    function: str
+
+    def resolve(self) -> LineReader:
+        """The reader itself (importing its module)."""
+        found: LineReader = getattr(importlib.import_module(self.module), self.function)
+        return found
+
+    def __call__(self, lines: Lines, meta: dict[str, str]) -> Iterator[tuple[int, Row | RowError]]:
+        return self.resolve()(lines, meta)
+
 
 FORMATS: dict[str, Format] = {
     f.name: f
     for f in (
-        Format("swf", "Standard Workload Format (Parallel Workloads Archive)", (".swf",), read_swf),
-        Format("sacct", "Slurm accounting, sacct --parsable2 with a header", (".sacct",), read_sacct),
-        Format("csv", "generic CSV with canonical column names", (".csv",), read_csv),
-        Format("openb", "Alibaba GPU-sharing pod list (cluster-trace-gpu-v2023)", (), read_openb),
-        Format("pai", "Alibaba PAI task table (cluster-trace-gpu-v2020)", (), read_pai),
-        Format("philly", "Microsoft Philly cluster_job_log (JSON)", (), read_philly),
-        Format("helios", "SenseTime Helios cluster_log.csv", (), read_helios),
-        Format("tiresias", "Tiresias job trace CSV (job_id,num_gpu,submit_time,...)", (), read_tiresias),
         Format(
-            "gavel", "Gavel job trace (.trace: 10 tab-separated fields, no header)", (".trace",), read_gavel
+            "swf",
+            "Standard Workload Format (Parallel Workloads Archive)",
+            (".swf",),
+            _Reader("loadmaster.traces.swf", "read_swf"),
         ),
         Format(
-            "pollux", "Pollux workload CSV (name,time,application,num_replicas,batch_size)", (), read_pollux
+            "sacct",
+            "Slurm accounting, sacct --parsable2 with a header",
+            (".sacct",),
+            _Reader("loadmaster.traces.sacct", "read_sacct"),
+        ),
+        Format(
+            "csv",
+            "generic CSV with canonical column names",
+            (".csv",),
+            _Reader("loadmaster.traces.generic", "read_csv"),
+        ),
+        Format(
+            "openb",
+            "Alibaba GPU-sharing pod list (cluster-trace-gpu-v2023)",
+            (),
+            _Reader("loadmaster.traces.openb", "read_openb"),
+        ),
+        Format(
+            "pai",
+            "Alibaba PAI task table (cluster-trace-gpu-v2020)",
+            (),
+            _Reader("loadmaster.traces.pai", "read_pai"),
+        ),
+        Format(
+            "philly",
+            "Microsoft Philly cluster_job_log (JSON)",
+            (),
+            _Reader("loadmaster.traces.philly", "read_philly"),
+        ),
+        Format(
+            "helios",
+            "SenseTime Helios cluster_log.csv",
+            (),
+            _Reader("loadmaster.traces.helios", "read_helios"),
+        ),
+        Format(
+            "tiresias",
+            "Tiresias job trace CSV (job_id,num_gpu,submit_time,...)",
+            (),
+            _Reader("loadmaster.traces.tiresias", "read_tiresias"),
+        ),
+        Format(
+            "gavel",
+            "Gavel job trace (.trace: 10 tab-separated fields, no header)",
+            (".trace",),
+            _Reader("loadmaster.traces.gavel", "read_gavel"),
+        ),
+        Format(
+            "pollux",
+            "Pollux workload CSV (name,time,application,num_replicas,batch_size)",
+            (),
+            _Reader("loadmaster.traces.pollux", "read_pollux"),
         ),
     )
 }

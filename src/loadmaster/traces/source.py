@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
@@ -17,6 +16,10 @@ _PROGRESS_EVERY = 16_384
 def open_text(path: Path) -> TextIO:
     """``path`` opened for reading as UTF-8 text, gunzipped when it ends in .gz."""
     if path.suffix == ".gz":
+        # Imported here: gzip (with zlib) costs a few hundredths of a second to import, and most
+        # traces that loadmaster simulate reads are plain text.
+        import gzip  # noqa: PLC0415
+
         return gzip.open(path, "rt", encoding="utf-8", newline="")
     return path.open(encoding="utf-8", newline="")
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from loadmaster.traces.rows import OnError, ReadReport, Row, RowError, TraceError, batches
 from loadmaster.traces.schema import SCHEMA
@@ -75,6 +74,8 @@ def read_lines(
 
 def write_parquet(trace: Trace, path: Path) -> None:
     """Store ``trace`` as Parquet, its metadata (format, source, header fields) in the file's metadata."""
+    import pyarrow.parquet as pq  # noqa: PLC0415 - see read_parquet
+
     path.parent.mkdir(parents=True, exist_ok=True)
     table = trace.table.replace_schema_metadata({"loadmaster": json.dumps(trace.meta, sort_keys=True)})
     pq.write_table(table, path)
@@ -82,6 +83,10 @@ def write_parquet(trace: Trace, path: Path) -> None:
 
 def read_parquet(path: Path) -> Trace:
     """A canonical trace written by :func:`write_parquet` (or any Parquet file with the canonical schema)."""
+    # Imported here: Parquet costs a few hundredths of a second to import, and a simulation that
+    # replays a text trace (every format but ``canonical``) never touches it.
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
     try:
         table = pq.read_table(path)
     except (OSError, pa.ArrowInvalid) as exc:
