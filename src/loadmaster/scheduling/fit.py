@@ -94,25 +94,38 @@ def fits_one(state: WorkingState, request: TaskRequest) -> BoolArray:
     return mask
 
 
-def explain(state: WorkingState, request: TaskRequest, allowed: BoolArray) -> str:
+def explain(
+    state: WorkingState, request: TaskRequest, allowed: BoolArray, taken: IntArray | None = None
+) -> str:
     """Why no allowed node can take one more task: the first resource that falls short.
 
     Names what was wanted and the best that any allowed node offers, for
     example ``gpu: want 8 on one node, largest free block is 6 on n17``.
+    ``taken`` counts tasks of ``request`` per node as placed already, for a whole-GPU or GPU-less
+    request (each task then takes exactly its whole GPUs, CPU, memory and a pod slot): the
+    reason on the state those placements would leave, without making them.
     """
+    if taken is not None and (request.is_fractional or request.mig_profile is not None):
+        raise ValueError("explain: tasks counted as taken need a whole-GPU or GPU-less request")
+
+    def less(free: IntArray, per_task: int) -> IntArray:
+        return free if taken is None else free - taken * per_task
+
     names = state.nodes.nodes
     checks: list[tuple[str, int, IntArray, str]] = []
     if request.whole_gpus:
-        checks.append(("gpu", request.whole_gpus, state.whole_free, "largest free block is {v}"))
+        whole = less(state.whole_free, request.whole_gpus)
+        checks.append(("gpu", request.whole_gpus, whole, "largest free block is {v}"))
     elif request.is_fractional:
         checks.append(("gpu", request.gpu_milli, state.largest_share, "largest free share is {v}m"))
     elif request.mig_profile is not None:
         phrase = "most free is {v}"
         checks.append((f"MIG {request.mig_profile}", 1, mig_free(state, request.mig_profile), phrase))
-    checks.append(("cpu", request.cpu_milli, state.cpu_free, "most free is {v}m"))
-    checks.append(("memory", request.memory_mib, state.memory_free, "most free is {v} MiB"))
+    checks.append(("cpu", request.cpu_milli, less(state.cpu_free, request.cpu_milli), "most free is {v}m"))
+    memory = less(state.memory_free, request.memory_mib)
+    checks.append(("memory", request.memory_mib, memory, "most free is {v} MiB"))
     if state.pods_free is not None:
-        checks.append(("pods", 1, state.pods_free, "most free is {v} (allocatable pods)"))
+        checks.append(("pods", 1, less(state.pods_free, 1), "most free is {v} (allocatable pods)"))
     candidates = allowed.copy()
     for resource, wanted, free, phrase in checks:
         best = int(np.argmax(np.where(candidates, free, -1)))

@@ -219,7 +219,11 @@ class PlaceGangPlugin(Plugin):
 
 
 class PermitPlugin(Plugin):
-    """``permit``: may the tasks placed so far be committed (gang: all or nothing)."""
+    """``permit``: may the tasks placed so far be committed (gang: all or nothing).
+
+    A permit is monotone in the tasks placed: refusing ``n``, it refuses fewer. The allocation
+    relies on it to fail a gang at once when its nodes cannot hold the tasks a permit needs.
+    """
 
     def permit(self, pending: PendingJob, placed: int) -> Status:
         raise NotImplementedError

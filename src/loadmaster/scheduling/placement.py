@@ -94,6 +94,13 @@ class Scoring:
             found = next((p for p, _ in self.plugins if isinstance(p, GpuChoicePlugin)), None)
             object.__setattr__(self, "gpu_choice", found)
 
+    @property
+    def pure(self) -> bool:
+        """True when no score and no GPU choice draws from the random stream or reads ``ctx.data``:
+        skipping a placement then changes nothing but the state it would have left."""
+        choice = self.gpu_choice
+        return all(p.pure for p, _ in self.plugins) and (choice is None or getattr(choice, "pure", False))
+
     def combined(self, pending: PendingJob, ctx: CycleContext) -> FloatArray:
         if len(self.plugins) == 1 and self.plugins[0][1] == 1.0:
             return self.plugins[0][0].score(pending.job, pending.job.request, ctx)
@@ -109,12 +116,22 @@ def place_job(
     ctx: CycleContext,
     scoring: Scoring,
     topology: PlaceGangPlugin | None,
+    *,
+    all_or_nothing: bool = False,
 ) -> tuple[list[TaskPlacement], Status]:
     """Place as many of the job's remaining tasks as fit, updating ``ctx.state``.
 
     Returns the placements made and SUCCESS, or the placements made before
     the first task that could not be placed and the reason it could not.
     The caller decides (``permit``) whether to keep a partial placement.
+
+    ``all_or_nothing``: the caller discards any placement short of the remaining tasks (a gang
+    permit). Where the allowed nodes cannot hold them by count, the default node-by-node rule
+    would fill every allowed node and fail (each node's capacity falls by exactly the tasks it
+    takes, whatever the order it visits nodes in); with pure scores and a whole-GPU or GPU-less
+    request, that failure is returned at once, with the same reason, and nothing is placed. On a
+    large cluster with a blocked gang at the head of the queue this is most of a strict FIFO
+    cycle (docs/simulator.md, "Repeat cycles skipped (strict FIFO)").
     """
     request = pending.job.request
     remaining = pending.job.tasks - len(pending.bound)
@@ -131,11 +148,20 @@ def place_job(
     # Taking t tasks from a node lowers its capacity by exactly t (every term of the minimum in
     # fit.capacity drops by t) and leaves other nodes alone: computed once, then kept in step.
     cap = np.where(allowed, fit.capacity(ctx.state, request), 0)
+    if (
+        all_or_nothing
+        and topology is None
+        and request.mig_profile is None
+        and not request.is_fractional
+        and scoring.pure
+        and int(cap.sum()) < remaining
+    ):
+        return [], unschedulable(_shortfall(pending, int(cap.sum()), allowed, ctx, taken=cap), "fit")
     while remaining > 0:
         scores = scoring.combined(pending, ctx)
         node = choose(cap.copy(), remaining, used, scores, ctx.state.nodes)
         if node < 0:
-            return placed, unschedulable(_shortfall(pending, placed, allowed, ctx), "fit")
+            return placed, unschedulable(_shortfall(pending, len(placed), allowed, ctx), "fit")
         taken = min(int(cap[node]), remaining)
         for _ in range(taken):
             placed.append(take(ctx, node, request))
@@ -152,7 +178,7 @@ def _place_one(
     request = pending.job.request
     fits = allowed & fit.fits_one(ctx.state, request)
     if not fits.any():
-        return [], unschedulable(_shortfall(pending, [], allowed, ctx), "fit")
+        return [], unschedulable(_shortfall(pending, 0, allowed, ctx), "fit")
     node = _best(fits, scoring.combined(pending, ctx))
     take = _task_taker(pending, scoring) if request.mig_profile is None else _take_mig_task
     return [take(ctx, node, request)], SUCCESS
@@ -216,13 +242,18 @@ def _take_mig_task(ctx: CycleContext, node: int, request: TaskRequest) -> TaskPl
 
 
 def _shortfall(
-    pending: PendingJob, placed: Sequence[TaskPlacement], allowed: BoolArray, ctx: CycleContext
+    pending: PendingJob,
+    placed: int,
+    allowed: BoolArray,
+    ctx: CycleContext,
+    taken: npt.NDArray[np.int64] | None = None,
 ) -> str:
+    """Why task ``placed + 1`` (after the bound ones) found no node; ``taken``: see ``fit.explain``."""
     job = pending.job
-    why = fit.explain(ctx.state, job.request, allowed)
+    why = fit.explain(ctx.state, job.request, allowed, taken)
     if job.cuda is not None and CUDA_FILTERED in ctx.data:  # say which drivers the counted nodes have
         why = f"{why} (counting only nodes with {requirement(job.cuda, job.cuda_compat)} for CUDA {job.cuda})"
-    done = len(pending.bound) + len(placed)
+    done = len(pending.bound) + placed
     if job.tasks == 1:
         return why
     return f"gang of {job.tasks} tasks: {done} placed, task {done + 1}: {why}"

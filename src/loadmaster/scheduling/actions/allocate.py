@@ -285,11 +285,17 @@ def try_place(
     if isinstance(allowed, Status):
         return allowed
     mark = state.mark()
+    # A gang whose permit refuses any placement short of its remaining tasks (permits are monotone:
+    # refusing n placed tasks, they refuse fewer) may fail without being placed task by task.
+    left = pending.job.tasks - len(pending.bound)
+    whole = left > 1 and not _permit(session, pending, left - 1).ok
     if state is session.ctx.state:  # the common case: no view to switch to (a context manager costs)
-        placed, status = _place_on_cycle_state(session, pending, allowed, scoring)
+        placed, status = _place_on_cycle_state(session, pending, allowed, scoring, all_or_nothing=whole)
     else:
         with session.ctx.viewing(state):
-            placed, status = place_job(pending, allowed, session.ctx, scoring, session.profile.place_gang)
+            placed, status = place_job(
+                pending, allowed, session.ctx, scoring, session.profile.place_gang, all_or_nothing=whole
+            )
     permit = _permit(session, pending, len(placed))
     if not permit.ok or not placed:
         state.rollback(mark)
@@ -307,7 +313,7 @@ def try_place(
 
 
 def _place_on_cycle_state(
-    session: Session, pending: PendingJob, allowed: BoolArray, scoring: Scoring
+    session: Session, pending: PendingJob, allowed: BoolArray, scoring: Scoring, *, all_or_nothing: bool
 ) -> tuple[list[TaskPlacement], Status]:
     """:func:`place_job` on the cycle's state, or its failure remembered since the last bind.
 
@@ -324,7 +330,9 @@ def _place_on_cycle_state(
         hit = session.place_failures.get(key)
         if hit is not None and hit[0] == session.state_version:
             return [], hit[1]
-    placed, status = place_job(pending, allowed, session.ctx, scoring, topology)
+    placed, status = place_job(
+        pending, allowed, session.ctx, scoring, topology, all_or_nothing=all_or_nothing
+    )
     if key is not None and not placed and not status.ok:
         session.place_failures[key] = (session.state_version, status)
     return placed, status
