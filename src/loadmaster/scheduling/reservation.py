@@ -13,9 +13,8 @@ from __future__ import annotations
 import bisect
 import collections
 import copy
-import heapq
 import itertools
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -356,11 +355,6 @@ class ReleasePlan:
         self._cumulative_gpu = gpus.cumsum(axis=0)
         return self._cumulative_gpu
 
-    @property
-    def summed_up_front(self) -> bool:
-        """Whether :meth:`cumulative_flat` is made already (a search may then use it at no cost)."""
-        return self._cumulative_flat is not None
-
     def cumulative_flat(self, shape: tuple[int, ...]) -> IntArray | None:
         """:meth:`cumulative_gpu` and :meth:`cumulative`'s CPU and memory side by side, a row per ``k``
         in :attr:`Held.flat`'s layout; None where either is None."""
@@ -699,35 +693,35 @@ def _scan(
     """
     need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
-    ends = sorted(r.end_s for r in reservations if r.end_s > start)
-    times = itertools.islice(future.times, first, None)  # already in order: merged lazily, no copy
+    # Every candidate (later releases and reservation ends, all at or after start), in order and
+    # once each: a set sorted in C costs less than merging generators lazily, one step per time read
+    later = sorted({start, *future.times[first:], *(r.end_s for r in reservations if r.end_s > start)})
+    if settled is not None:
+        del later[bisect.bisect_right(later, settled[0]) :]
     index = first
     state = future.after(first)
     request = pending.job.request
     if sums is None or sums.reservations is not reservations:
         sums = HeldSums(reservations)
-    candidates = _distinct(heapq.merge([start], times, ends))
-    if settled is not None:
-        until = settled[0]
-        candidates = itertools.takewhile(lambda time_s: time_s <= until, candidates)
+    candidates = iter(later)
     rooms: _Rooms | None = None
     overlaps = _Overlaps(reservations, run_s)
     size = SCAN_FIRST
     while chunk := list(itertools.islice(candidates, size)):
         uptos = [bisect.bisect_right(future.times, time_s, lo=index) for time_s in chunk]
-        subsets = overlaps.of(chunk)
-        if rooms is None and (size == SCAN_CHUNK or future.plan.summed_up_front):
-            # From the first chunk on when an earlier search of the plan already paid for its sums
+        if size == SCAN_CHUNK and rooms is None:
             rooms = _Rooms.of(future, placer.allowed, request)
-        enough = (
-            None if rooms is None else rooms.enough_flat(uptos, _held_rows(sums, overlaps, subsets), need)
-        )
+        # The first candidates, tried one by one, are looked at only as far as the scan gets
+        subsets = overlaps.of(chunk) if size == SCAN_CHUNK else None
+        enough = None
+        if rooms is not None and subsets is not None:
+            enough = rooms.enough_flat(uptos, _held_rows(sums, overlaps, subsets), need)
         size = SCAN_CHUNK
         for j, time_s in enumerate(chunk):
             if enough is not None and not enough[j]:
                 continue  # fewer tasks fit than the job has, counted on every candidate at once
             upto = uptos[j]
-            held = sums.of(subsets[j])  # summed only for the candidates tried one by one
+            held = sums.of(overlaps.at(time_s) if subsets is None else subsets[j])
             if upto - index > JUMP:
                 state = future.after(upto)  # many releases at once (overdue jobs all end "now"): one sum
             else:
@@ -774,15 +768,6 @@ def _held_rows(sums: HeldSums, overlaps: _Overlaps, subsets: list[tuple[int, ...
     return np.stack([zero if held is None else held.flat for held in helds])
 
 
-def _distinct(times: Iterator[float]) -> Iterator[float]:
-    """``times`` (in order) without repeats."""
-    previous = None
-    for time_s in times:
-        if time_s != previous:
-            previous = time_s
-            yield time_s
-
-
 class _Overlaps:
     """Which reservations a run of ``run_s`` from each candidate time overlaps, for many times at once."""
 
@@ -798,6 +783,10 @@ class _Overlaps:
         """Each reservation's start and end, for the candidates tried one by one."""
         self.hits: BoolArray | None = None
         """The last call's overlaps as a (times, reservations) matrix, when it was vectorised."""
+
+    def at(self, time_s: float) -> tuple[int, ...]:
+        """:meth:`of` for one time."""
+        return self.of([time_s])[0]
 
     def of(self, times: list[float]) -> list[tuple[int, ...]]:
         """For each time, the indices of the reservations overlapping [time, time + run_s) in order
