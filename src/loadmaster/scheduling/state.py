@@ -59,14 +59,6 @@ class Held:
         held.__dict__["flat"] = flat  # what cached_property stores: no concatenation later
         return held
 
-    @classmethod
-    def total(cls, helds: Sequence[Held]) -> Held:
-        """The sum of ``helds`` (at least one) in one vectorised step; MIG placements in their order."""
-        if len(helds) == 1:
-            return helds[0]
-        flat = np.add.reduce(np.stack([h.flat for h in helds]), axis=0)
-        return cls.of_flat(flat, helds[0].gpu.shape, tuple(p for h in helds for p in h.mig))
-
 
 @dataclass(eq=False)
 class WorkingState:
