@@ -990,11 +990,18 @@ class SearchMemo:
         self._counts.clear()
 
     def _rooms_at_most(
-        self, future: Future, allowed: BoolArray, request: TaskRequest, key: tuple[object, ...]
+        self,
+        future: Future,
+        allowed: BoolArray,
+        request: TaskRequest,
+        key: tuple[object, ...],
+        *,
+        make: bool = True,
     ) -> IntArray | None:
         """:meth:`Future.rooms_at_most`, kept for the cycle: waiting jobs of one size on the same
         nodes count the same releases on the same free resources (``key``: the search's memo key,
-        whose allowed nodes and free resources are all the count reads besides the plan)."""
+        whose allowed nodes and free resources are all the count reads besides the plan). With
+        ``make`` False, only a count already kept (else None)."""
         found_key = (
             id(future.plan),
             key[2],
@@ -1006,6 +1013,8 @@ class SearchMemo:
         kept = self._counts.get(found_key)
         if kept is not None and kept[0] is future.plan:
             return kept[1]
+        if not make:
+            return None
         rooms = future.rooms_at_most(allowed, request)
         self._counts[found_key] = (future.plan, rooms)
         return rooms
@@ -1050,14 +1059,21 @@ class SearchMemo:
         if last is not None and last.job is job and last.key[:3] == key[:3]:
             settled = _settled(last, future, free=free, now=ctx.now, booked=booked, tails=self._tails)
             self.settled += settled is not None
-        rooms = None
-        if not job.request.is_fractional:  # the count by k, shared by the two uses below
-            rooms = self._rooms_at_most(future, placer.allowed, job.request, key)
+        whole = not job.request.is_fractional  # counted by k without building states
         if settled is not None and _no_room_until(
-            future, settled[0], pending.tasks_left, placer, job.request, rooms=rooms
+            future,
+            settled[0],
+            pending.tasks_left,
+            placer,
+            job.request,
+            # the count for every k where the cycle has it; else the one k is counted alone
+            rooms=self._rooms_at_most(future, placer.allowed, job.request, key, make=False)
+            if whole
+            else None,
         ):
             self._this[job.id] = _Searched(job, key, None, settled[1], future.plan, free, booked)
             return settled[1]  # the first candidate is after the last change: the last answer holds
+        rooms = self._rooms_at_most(future, placer.allowed, job.request, key) if whole else None
         first = _first_fit(future, pending.tasks_left, placer, job.request, rooms)
         found = None
         if settled is not None and (first is None or (first and future.times[first - 1] > settled[0])):
