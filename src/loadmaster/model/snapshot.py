@@ -108,12 +108,17 @@ class ClusterSnapshot:
 def gpu_summary(
     gpu_free: npt.NDArray[np.int64],
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Per node: wholly free GPUs, largest free share of one GPU, and free milli-GPU in total."""
-    whole = np.count_nonzero(gpu_free == MILLI_PER_GPU, axis=1).astype(np.int64)
+    """Per node: wholly free GPUs, largest free share of one GPU, and free milli-GPU in total.
+
+    The ufuncs' own reductions, each into a new int64 array: ``count_nonzero`` with an axis and
+    the array methods go through Python-level wrappers, most of the cost on a small cluster (a
+    reservation search summarises every view it builds)."""
+    whole = np.add.reduce(gpu_free == MILLI_PER_GPU, axis=1, dtype=np.int64)
     if gpu_free.shape[1] == 0:
         zeros = np.zeros(gpu_free.shape[0], dtype=np.int64)
         return whole, zeros, zeros.copy()
-    return whole, gpu_free.max(axis=1).astype(np.int64), gpu_free.sum(axis=1).astype(np.int64)
+    largest = np.maximum.reduce(gpu_free, axis=1).astype(np.int64, copy=False)
+    return whole, largest, np.add.reduce(gpu_free, axis=1, dtype=np.int64)
 
 
 def node_gpu_summary(row: npt.NDArray[np.int64]) -> tuple[int, int, int]:

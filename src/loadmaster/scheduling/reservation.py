@@ -13,11 +13,8 @@ from __future__ import annotations
 import bisect
 import collections
 import copy
-import functools
-import heapq
 import itertools
-import operator
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -81,20 +78,82 @@ def releases(running: Sequence[RunningJob], now: float, estimate: dict[str, floa
 
 
 def without(
-    state: WorkingState, reservations: Sequence[Reservation], start_s: float, end_s: float
+    state: WorkingState,
+    reservations: Sequence[Reservation],
+    start_s: float,
+    end_s: float,
+    sums: HeldSums | None = None,
 ) -> WorkingState:
-    """``state`` less the reservations overlapping [start_s, end_s): a copy, or ``state`` if none do."""
-    overlapping = [r.held for r in reservations if r.overlaps(start_s, end_s)]
+    """``state`` less the reservations overlapping [start_s, end_s): a copy, or ``state`` if none do.
+
+    ``sums`` (of the same ``reservations``) keeps each set's summed holdings for the next caller."""
+    overlapping = tuple(i for i, r in enumerate(reservations) if r.overlaps(start_s, end_s))
     if not overlapping:
         return state
-    view = state.copy()
-    view.subtract(functools.reduce(operator.add, overlapping))
-    return view
+    if sums is None or sums.reservations is not reservations:
+        sums = HeldSums(reservations)
+    held = sums.of(overlapping)
+    assert held is not None
+    return state.less(held)
+
+
+class HeldSums:
+    """Summed holdings of sets of reservations, by their indices in ``reservations``: a list that only
+    grows (one backfill walk's), so a set's sum, made once, stays right for every later search.
+
+    A set of several is summed in one numpy step from the reservations' :attr:`Held.flat` vectors,
+    stacked once per reservation, not as a chain of pairwise additions (three arrays each).
+    """
+
+    def __init__(self, reservations: Sequence[Reservation]) -> None:
+        self.reservations = reservations
+        self._sums: dict[tuple[int, ...], Held] = {}
+        self._stack: IntArray | None = None
+        """Row i: ``reservations[i].held.flat`` (rows are added as the list grows)."""
+        self._floats: npt.NDArray[np.float64] | None = None
+        """``_stack`` as float64, for :meth:`rows`."""
+
+    def _stacked(self) -> IntArray:
+        stack, reservations = self._stack, self.reservations
+        if stack is None:
+            stack = self._stack = np.stack([r.held.flat for r in reservations])
+        elif len(stack) < len(reservations):
+            more = [r.held.flat for r in reservations[len(stack) :]]
+            stack = self._stack = np.concatenate([stack, more])
+        return stack
+
+    def rows(self, hits: BoolArray) -> IntArray:
+        """The summed holdings (:attr:`Held.flat`) of the reservations of each row of ``hits`` (rows:
+        candidate times; columns: reservations, all of them), in one matrix product.
+
+        The product is in float64 (BLAS; numpy's integer product is a slow loop) and exact: every
+        term is 0 or 1 times an integer, and every partial sum an integer far below 2**53."""
+        stack = self._stacked()
+        floats = self._floats
+        if floats is None or len(floats) != len(stack):
+            floats = self._floats = stack.astype(np.float64)
+        return (hits @ floats).astype(np.int64)
+
+    def of(self, overlapping: tuple[int, ...]) -> Held | None:
+        """The summed holdings of the reservations ``overlapping`` (indices in order), None if none."""
+        if not overlapping:
+            return None
+        held = self._sums.get(overlapping)
+        if held is None:
+            reservations = self.reservations
+            if len(overlapping) == 1:
+                held = reservations[overlapping[0]].held
+            else:
+                flat = np.add.reduce(self._stacked().take(overlapping, axis=0), axis=0)
+                mig = tuple(p for i in overlapping for p in reservations[i].held.mig)
+                held = Held.of_flat(flat, reservations[overlapping[0]].held.gpu.shape, mig)
+            self._sums[overlapping] = held
+        return held
 
 
 def _room(state: WorkingState, allowed: BoolArray, request: TaskRequest) -> int:
     """How many tasks of ``request`` the allowed nodes of ``state`` can take in all."""
-    return int(np.where(allowed, fit.capacity(state, request), 0).sum())
+    return int(np.add.reduce(fit.capacity(state, request)[allowed]))
 
 
 def _room_less(state: WorkingState, held: Held, allowed: BoolArray, request: TaskRequest) -> int:
@@ -108,9 +167,10 @@ def _room_less(state: WorkingState, held: Held, allowed: BoolArray, request: Tas
     if request.whole_gpus:
         # max(free - held, 0) is a whole GPU exactly when free - held is
         # a sum of booleans: count_nonzero with an axis goes through Python-level dtype checks
-        cap = (state.gpu_free - held.gpu == MILLI_PER_GPU).sum(axis=1) // request.whole_gpus
+        cap = np.add.reduce(state.gpu_free - held.gpu == MILLI_PER_GPU, axis=1, dtype=np.int64)
+        cap //= request.whole_gpus
     elif request.is_fractional:
-        cap = (np.maximum(state.gpu_free - held.gpu, 0) // request.gpu_milli).sum(axis=1)
+        cap = np.add.reduce(np.maximum(state.gpu_free - held.gpu, 0) // request.gpu_milli, axis=1)
     elif request.mig_profile is not None:
         return 0 if state.mig is None else _room(without_held(state, held), allowed, request)
     if request.cpu_milli:
@@ -121,14 +181,12 @@ def _room_less(state: WorkingState, held: Held, allowed: BoolArray, request: Tas
         cap = memory if cap is None else np.minimum(cap, memory)
     if cap is None:
         return int(np.count_nonzero(allowed)) * int(fit.UNLIMITED)
-    return int(cap[allowed].sum())
+    return int(np.add.reduce(cap[allowed]))  # the ufunc itself: ndarray.sum's wrapper costs as much
 
 
 def without_held(state: WorkingState, held: Held) -> WorkingState:
     """A copy of ``state`` less ``held`` (clamped at zero)."""
-    view = state.copy()
-    view.subtract(held)
-    return view
+    return state.less(held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +256,7 @@ class ReleasePlan:
         self._fingerprint: PlanKey | None = None
         self._tail_arrays: tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]] | None = None
         self._cumulative_gpu: IntArray | None = None
+        self._cumulative_flat: IntArray | None = None
         self._released: dict[int, tuple[IntArray, IntArray, IntArray]] = {}
 
     @classmethod
@@ -219,6 +278,7 @@ class ReleasePlan:
         plan._fingerprint = None
         plan._tail_arrays = None
         plan._cumulative_gpu = None
+        plan._cumulative_flat = None
         plan._released = {}
         return plan
 
@@ -306,6 +366,18 @@ class ReleasePlan:
         self._cumulative_gpu = gpus.cumsum(axis=0)
         return self._cumulative_gpu
 
+    def cumulative_flat(self, shape: tuple[int, ...]) -> IntArray | None:
+        """:meth:`cumulative_gpu` and :meth:`cumulative`'s CPU and memory side by side, a row per ``k``
+        in :attr:`Held.flat`'s layout; None where either is None."""
+        if self._cumulative_flat is not None:
+            return self._cumulative_flat
+        gpu = self.cumulative_gpu(shape)
+        matrices = self.cumulative(shape[0])
+        if gpu is None or matrices is None:
+            return None
+        self._cumulative_flat = np.concatenate([gpu.reshape(len(gpu), -1), matrices[1], matrices[2]], axis=1)
+        return self._cumulative_flat
+
     def plus(self, extra: Sequence[Release]) -> ReleasePlan:
         """This plan with ``extra`` releases merged in, in time order (ties: this plan's first).
 
@@ -332,6 +404,7 @@ class ReleasePlan:
         merged._fingerprint = None
         merged._tail_arrays = None
         merged._cumulative_gpu = None
+        merged._cumulative_flat = None
         merged._released = {}
         # The releases are not made one by one (a plan from the book holds thousands, most never
         # read): the merged plan reads each one's time and placements through the order, on demand.
@@ -557,15 +630,25 @@ class Future:
 
     def after(self, k: int) -> WorkingState:
         """A new state: the current one after the first ``k`` releases."""
-        view = self.state.copy()
+        state = self.state
         if not k:
-            return view  # nothing released: the copy keeps the summaries, exact after every change
-        plan = self.plan
-        g, n = plan.gpu[: plan.gpu_upto[k]], plan.node[: plan.node_upto[k]]
-        np.add.at(view.gpu_free, (g[:, 0], g[:, 1]), g[:, 2])
-        np.add.at(view.cpu_free, n[:, 0], n[:, 1])
-        np.add.at(view.memory_free, n[:, 0], n[:, 2])
-        view.whole_free, view.largest_share, view.free_milli = gpu_summary(view.gpu_free)
+            return state.copy()  # nothing released: the copy keeps the summaries, exact after every change
+        # The plan's sums for k (kept: a cycle's searches start from the same few k), added in one
+        # step per array rather than scattered into a copy release by release.
+        gpu, cpu, memory = self.plan.released(k, state.gpu_free.shape)
+        gpu_free = state.gpu_free + gpu
+        whole_free, largest_share, free_milli = gpu_summary(gpu_free)
+        view = WorkingState(
+            nodes=state.nodes,
+            gpu_free=gpu_free,
+            cpu_free=state.cpu_free + cpu,
+            memory_free=state.memory_free + memory,
+            whole_free=whole_free,
+            largest_share=largest_share,
+            free_milli=free_milli,
+            mig=state.mig.copy() if state.mig is not None else None,
+            pods_free=state.pods_free.copy() if state.pods_free is not None else None,
+        )
         if view.mig is not None:  # MIG instances are not in the flat arrays: free them one by one
             view.vacate_mig(p for release in self.ends[:k] for p in release.placements)
         return view
@@ -603,13 +686,14 @@ def earliest_start(
     future: Future,
     reservations: Sequence[Reservation],
     placer: Placer,
-    sums: dict[tuple[int, ...], Held] | None = None,
+    sums: HeldSums | None = None,
 ) -> Reservation | None:
     """The first time from ``ctx.now`` at which ``pending`` fits for ``run_s`` seconds, or None.
 
     ``sums`` keeps the summed holdings of each set of overlapping reservations (by their indices
     in ``reservations``); a caller whose ``reservations`` only grow (one backfill walk) passes the
-    same dict to every search, so each sum is made once per walk rather than once per search.
+    same :class:`HeldSums` of that list to every search, so each sum is made once per walk rather
+    than once per search.
 
     Without reservations, capacity only grows as jobs end, so a binary search
     over the releases finds the first time the job could fit. From there the
@@ -634,7 +718,7 @@ def _scan(
     future: Future,
     reservations: Sequence[Reservation],
     placer: Placer,
-    sums: dict[tuple[int, ...], Held] | None,
+    sums: HeldSums | None,
     settled: tuple[float, Reservation | None] | None = None,
 ) -> Reservation | None:
     """:func:`earliest_start` from its first candidate on: after ``first`` releases (``now`` if none).
@@ -644,31 +728,35 @@ def _scan(
     """
     need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
-    ends = sorted(r.end_s for r in reservations if r.end_s > start)
-    times = itertools.islice(future.times, first, None)  # already in order: merged lazily, no copy
+    # Every candidate (later releases and reservation ends, all at or after start), in order and
+    # once each: a set sorted in C costs less than merging generators lazily, one step per time read
+    later = sorted({start, *future.times[first:], *(r.end_s for r in reservations if r.end_s > start)})
+    if settled is not None:
+        del later[bisect.bisect_right(later, settled[0]) :]
     index = first
     state = future.after(first)
     request = pending.job.request
-    if sums is None:
-        sums = {}
-    candidates = _distinct(heapq.merge([start], times, ends))
-    if settled is not None:
-        until = settled[0]
-        candidates = itertools.takewhile(lambda time_s: time_s <= until, candidates)
+    if sums is None or sums.reservations is not reservations:
+        sums = HeldSums(reservations)
+    candidates = iter(later)
     rooms: _Rooms | None = None
     overlaps = _Overlaps(reservations, run_s)
     size = SCAN_FIRST
     while chunk := list(itertools.islice(candidates, size)):
         uptos = [bisect.bisect_right(future.times, time_s, lo=index) for time_s in chunk]
-        helds = [_summed(sums, reservations, overlapping) for overlapping in overlaps.of(chunk)]
         if size == SCAN_CHUNK and rooms is None:
             rooms = _Rooms.of(future, placer.allowed, request)
-        enough = None if rooms is None else rooms.enough(uptos, helds, need)
+        # The first candidates, tried one by one, are looked at only as far as the scan gets
+        subsets = overlaps.of(chunk) if size == SCAN_CHUNK else None
+        enough = None
+        if rooms is not None and subsets is not None:
+            enough = rooms.enough_flat(uptos, _held_rows(sums, overlaps, subsets), need)
         size = SCAN_CHUNK
         for j, time_s in enumerate(chunk):
             if enough is not None and not enough[j]:
                 continue  # fewer tasks fit than the job has, counted on every candidate at once
-            upto, held = uptos[j], helds[j]
+            upto = uptos[j]
+            held = sums.of(overlaps.at(time_s) if subsets is None else subsets[j])
             if upto - index > JUMP:
                 state = future.after(upto)  # many releases at once (overdue jobs all end "now"): one sum
             else:
@@ -703,25 +791,16 @@ SCAN_CHUNK = 16
 """Candidate times a search then counts room at in one vectorised step."""
 
 
-def _distinct(times: Iterator[float]) -> Iterator[float]:
-    """``times`` (in order) without repeats."""
-    previous = None
-    for time_s in times:
-        if time_s != previous:
-            previous = time_s
-            yield time_s
-
-
-def _summed(
-    sums: dict[tuple[int, ...], Held], reservations: Sequence[Reservation], overlapping: tuple[int, ...]
-) -> Held | None:
-    """The summed holdings of the reservations ``overlapping`` (by index; kept in ``sums``), None if none."""
-    if not overlapping:
+def _held_rows(sums: HeldSums, overlaps: _Overlaps, subsets: list[tuple[int, ...]]) -> IntArray | None:
+    """Each candidate's summed holdings as a matrix (see :meth:`_Rooms.enough_flat`): from the
+    vectorised overlaps in one product when :meth:`_Overlaps.of` made them, else row by row."""
+    if overlaps.hits is not None:
+        return sums.rows(overlaps.hits)
+    helds = [sums.of(subset) for subset in subsets]
+    if all(held is None for held in helds):
         return None
-    held = sums.get(overlapping)
-    if held is None:
-        held = sums[overlapping] = functools.reduce(operator.add, (reservations[i].held for i in overlapping))
-    return held
+    zero = np.zeros_like(next(held for held in helds if held is not None).flat)
+    return np.stack([zero if held is None else held.flat for held in helds])
 
 
 class _Overlaps:
@@ -735,15 +814,25 @@ class _Overlaps:
         """Starts, ends and bits of the reservations: made at the first vectorised call (most
         searches end within their first few candidates, which never need them)."""
         self._subsets: dict[int, tuple[int, ...]] = {}
+        self._spans: list[tuple[float, float]] | None = None
+        """Each reservation's start and end, for the candidates tried one by one."""
+        self.hits: BoolArray | None = None
+        """The last call's overlaps as a (times, reservations) matrix, when it was vectorised."""
+
+    def at(self, time_s: float) -> tuple[int, ...]:
+        """:meth:`of` for one time."""
+        return self.of([time_s])[0]
 
     def of(self, times: list[float]) -> list[tuple[int, ...]]:
         """For each time, the indices of the reservations overlapping [time, time + run_s) in order
         (as :meth:`Reservation.overlaps` says: the same float sums, elementwise)."""
+        self.hits = None
         if not self._vector or len(times) <= SCAN_FIRST:
-            return [
-                tuple(i for i, r in enumerate(self.reservations) if r.overlaps(t, t + self.run_s))
-                for t in times
-            ]
+            spans, run_s = self._spans, self.run_s
+            if spans is None:
+                spans = self._spans = [(r.start_s, r.end_s) for r in self.reservations]
+            # Reservation.overlaps(t, t + run_s), unrolled: no method call per reservation and time
+            return [tuple(i for i, (s, e) in enumerate(spans) if s < t + run_s and t < e) for t in times]
         if self._arrays is None:
             reservations = self.reservations
             self._arrays = (
@@ -753,7 +842,7 @@ class _Overlaps:
             )
         starts, ends, bits = self._arrays
         column = np.array(times)[:, None]
-        hits = (starts < column + self.run_s) & (column < ends)
+        hits = self.hits = (starts < column + self.run_s) & (column < ends)
         subsets = self._subsets
         found = []
         for mask in (hits @ bits).tolist():
@@ -767,13 +856,17 @@ class _Overlaps:
 @dataclass(frozen=True, slots=True)
 class _Rooms:
     """:func:`_room_less` at many candidate times at once, from the plan's cumulative per-GPU and per-node
-    releases: what the scan's own state would hold after each candidate's releases, less its holdings."""
+    releases: what the scan's own state would hold after each candidate's releases, less its holdings.
+
+    Everything is in :attr:`Held.flat`'s layout (GPUs row by row, then CPU, then memory per node),
+    so that a chunk of candidates costs one gather, one addition and one subtraction of stacked
+    holdings, whatever the number of distinct sets of reservations among them."""
 
     state: WorkingState
-    gpu: IntArray
-    """Milli-GPU released per GPU after the first k releases, for every k: (releases + 1, nodes, GPUs)."""
-    cpu: IntArray
-    memory: IntArray
+    released: IntArray
+    """:meth:`ReleasePlan.cumulative_flat`: what the first k releases give back, for every k."""
+    base: IntArray
+    """The state's free GPU, CPU and memory, flat."""
     allowed: BoolArray
     request: TaskRequest
 
@@ -783,46 +876,51 @@ class _Rooms:
         state = future.state
         if state.mig is not None or not (request.whole_gpus or request.is_fractional):
             return None
-        gpu = future.plan.cumulative_gpu(state.gpu_free.shape)
-        matrices = future.plan.cumulative(len(state.nodes))
-        if gpu is None or matrices is None:
+        released = future.plan.cumulative_flat(state.gpu_free.shape)
+        if released is None:
             return None
-        return cls(state, gpu, matrices[1], matrices[2], allowed, request)
+        base = np.concatenate([state.gpu_free.ravel(), state.cpu_free, state.memory_free])
+        return cls(state, released, base, allowed, request)
 
     def enough(self, uptos: list[int], helds: list[Held | None], need: int) -> list[bool]:
         """For each candidate (releases so far, holdings it overlaps): whether :func:`_room_less`
         (``_room``'s upper bound, without pods, where nothing is held) reaches ``need``."""
-        state, request, ks = self.state, self.request, np.array(uptos, dtype=np.int64)
-        free = state.gpu_free + self.gpu[ks]
-        cpu = state.cpu_free + self.cpu[ks] if request.cpu_milli else None
-        memory = state.memory_free + self.memory[ks] if request.memory_mib else None
-        groups: dict[int, tuple[Held, list[int]]] = {}
-        for j, held in enumerate(helds):
-            if held is not None:
-                groups.setdefault(id(held), (held, []))[1].append(j)
-        for held, rows in groups.values():  # a few distinct sets of reservations per chunk
-            free[rows] -= held.gpu
-            if cpu is not None:
-                cpu[rows] -= held.cpu
-            if memory is not None:
-                memory[rows] -= held.memory
+        held = None
+        if any(held is not None for held in helds):
+            zero = np.zeros_like(self.base)
+            held = np.stack([zero if held is None else held.flat for held in helds])
+        return self.enough_flat(uptos, held, need)
+
+    def enough_flat(self, uptos: list[int], held: IntArray | None, need: int) -> list[bool]:
+        """:meth:`enough` with the holdings as a matrix, a :attr:`Held.flat` row per candidate
+        (None: nothing held at any)."""
+        request = self.request
+        free = self.released[uptos] + self.base
+        if held is not None:
+            free -= held
+        nodes, gpus = self.state.gpu_free.shape
+        cells = nodes * gpus
+        gpu = free[:, :cells].reshape(len(uptos), nodes, gpus)
         if request.whole_gpus:
-            cap = np.add.reduce(free == MILLI_PER_GPU, axis=2, dtype=np.int64) // request.whole_gpus
+            cap = np.add.reduce(gpu == MILLI_PER_GPU, axis=2, dtype=np.int64) // request.whole_gpus
         else:
-            cap = np.add.reduce(np.maximum(free, 0) // request.gpu_milli, axis=2)
-        if cpu is not None:
-            cap = np.minimum(cap, np.maximum(cpu, 0) // request.cpu_milli)
-        if memory is not None:
-            cap = np.minimum(cap, np.maximum(memory, 0) // request.memory_mib)
+            cap = np.add.reduce(np.maximum(gpu, 0) // request.gpu_milli, axis=2)
+        if request.cpu_milli:
+            cap = np.minimum(cap, np.maximum(free[:, cells : cells + nodes], 0) // request.cpu_milli)
+        if request.memory_mib:
+            cap = np.minimum(cap, np.maximum(free[:, cells + nodes :], 0) // request.memory_mib)
         rooms = np.add.reduce(cap[:, self.allowed], axis=1)
         return (rooms >= need).tolist()  # type: ignore[no-any-return]
 
 
-def _first_fit(future: Future, need: int, placer: Placer, request: TaskRequest) -> int | None:
+def _first_fit(
+    future: Future, need: int, placer: Placer, request: TaskRequest, rooms: IntArray | None = None
+) -> int | None:
     """Releases after which the job's tasks may first fit by count (ignoring reservations), or None.
 
     For whole-GPU requests the count is an upper bound, so the answer is never
     later than the true one; the scan that follows checks each time exactly.
+    ``rooms``: :meth:`Future.rooms_at_most` of this search, when the caller has it already.
     """
     if request.is_fractional:
 
@@ -830,7 +928,8 @@ def _first_fit(future: Future, need: int, placer: Placer, request: TaskRequest) 
             return _room(future.after(k), placer.allowed, request)
 
     else:
-        rooms = future.rooms_at_most(placer.allowed, request)
+        if rooms is None:
+            rooms = future.rooms_at_most(placer.allowed, request)
         if rooms is not None:  # every k at once; room only grows with k, so the first is the answer
             enough = rooms >= need
             return int(np.argmax(enough)) if enough[-1] else None
@@ -915,11 +1014,45 @@ class SearchMemo:
         """Searches that tried only the candidates up to the last change (see :func:`_settled`)."""
         self._tails: dict[tuple[int, int], tuple[ReleasePlan, ReleasePlan, int]] = {}
         """Common tails of the plans compared in this cycle (see :func:`_common_tail`)."""
+        self._counts: dict[tuple[object, ...], tuple[ReleasePlan, IntArray | None]] = {}
+        """:meth:`Future.rooms_at_most` in this cycle, by plan, free resources, allowed nodes and
+        the sizes the count reads (see :meth:`_rooms_at_most`)."""
 
     def next_cycle(self) -> None:
         """Start a cycle: searches of the last cycle may be reused, older ones are dropped."""
         self._last, self._this = self._this, {}
         self._tails.clear()
+        self._counts.clear()
+
+    def _rooms_at_most(
+        self,
+        future: Future,
+        allowed: BoolArray,
+        request: TaskRequest,
+        key: tuple[object, ...],
+        *,
+        make: bool = True,
+    ) -> IntArray | None:
+        """:meth:`Future.rooms_at_most`, kept for the cycle: waiting jobs of one size on the same
+        nodes count the same releases on the same free resources (``key``: the search's memo key,
+        whose allowed nodes and free resources are all the count reads besides the plan). With
+        ``make`` False, only a count already kept (else None)."""
+        found_key = (
+            id(future.plan),
+            key[2],
+            key[3],
+            request.whole_gpus,
+            request.cpu_milli,
+            request.memory_mib,
+        )
+        kept = self._counts.get(found_key)
+        if kept is not None and kept[0] is future.plan:
+            return kept[1]
+        if not make:
+            return None
+        rooms = future.rooms_at_most(allowed, request)
+        self._counts[found_key] = (future.plan, rooms)
+        return rooms
 
     def earliest_start(
         self,
@@ -930,7 +1063,7 @@ class SearchMemo:
         future: Future,
         reservations: Sequence[Reservation],
         placer: Placer,
-        sums: dict[tuple[int, ...], Held] | None = None,
+        sums: HeldSums | None = None,
     ) -> Reservation | None:
         """:func:`earliest_start`, or the last cycle's answer for this job when its inputs are equal."""
         state = future.state
@@ -961,12 +1094,22 @@ class SearchMemo:
         if last is not None and last.job is job and last.key[:3] == key[:3]:
             settled = _settled(last, future, free=free, now=ctx.now, booked=booked, tails=self._tails)
             self.settled += settled is not None
+        whole = not job.request.is_fractional  # counted by k without building states
         if settled is not None and _no_room_until(
-            future, settled[0], pending.tasks_left, placer, job.request
+            future,
+            settled[0],
+            pending.tasks_left,
+            placer,
+            job.request,
+            # the count for every k where the cycle has it; else the one k is counted alone
+            rooms=self._rooms_at_most(future, placer.allowed, job.request, key, make=False)
+            if whole
+            else None,
         ):
             self._this[job.id] = _Searched(job, key, None, settled[1], future.plan, free, booked)
             return settled[1]  # the first candidate is after the last change: the last answer holds
-        first = _first_fit(future, pending.tasks_left, placer, job.request)
+        rooms = self._rooms_at_most(future, placer.allowed, job.request, key) if whole else None
+        first = _first_fit(future, pending.tasks_left, placer, job.request, rooms)
         found = None
         if settled is not None and (first is None or (first and future.times[first - 1] > settled[0])):
             found = settled[1]  # no candidate up to the last change (the first is after it, or none)
@@ -988,7 +1131,15 @@ class SearchMemo:
         return found
 
 
-def _no_room_until(future: Future, until: float, need: int, placer: Placer, request: TaskRequest) -> bool:
+def _no_room_until(
+    future: Future,
+    until: float,
+    need: int,
+    placer: Placer,
+    request: TaskRequest,
+    *,
+    rooms: IntArray | None = None,
+) -> bool:
     """Whether the job's first candidate (see :func:`_first_fit`) is after ``until``, or it has none,
     known from the count at ``until`` alone: the count only grows with the releases, so when it is
     short after the releases up to ``until``, it is short before. False when that is not known
@@ -996,6 +1147,8 @@ def _no_room_until(future: Future, until: float, need: int, placer: Placer, requ
     if request.is_fractional:
         return False
     k = bisect.bisect_right(future.times, until)
+    if rooms is not None:  # the same count, already made for every k
+        return bool(rooms[k] < need)
     return future.room_at_most(k, placer.allowed, request) < need
 
 

@@ -24,6 +24,7 @@ from loadmaster.scheduling.framework import ReservePlugin
 from loadmaster.scheduling.placement import Scoring
 from loadmaster.scheduling.reservation import (
     Future,
+    HeldSums,
     Placer,
     ReleaseBook,
     ReleasePlan,
@@ -34,7 +35,7 @@ from loadmaster.scheduling.reservation import (
     without,
 )
 from loadmaster.scheduling.session import Session
-from loadmaster.scheduling.state import Held, WorkingState
+from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import Status, wait
 
 
@@ -46,9 +47,11 @@ class _Shadows:
     built once per set of reservations rather than after every bind.
     """
 
-    def __init__(self, session: Session, reservations: list[Reservation]) -> None:
+    def __init__(self, session: Session, reservations: list[Reservation], sums: HeldSums) -> None:
         self.session = session
         self.reservations = reservations
+        self.sums = sums
+        """The walk's summed holdings: a shadow's set of reservations is summed as a search's is."""
         self._cache: dict[Hashable, WorkingState] = {}
         self._starts: list[float] = []
         self._order: list[int] = []
@@ -85,7 +88,9 @@ class _Shadows:
             key = self._keys[count] = ("shadow", tuple(sorted(self._order[:count])))
         cached = self._cache.get(key)
         if cached is None:
-            cached = without(self.session.ctx.state, self.reservations, self.session.ctx.now, end_s)
+            cached = without(
+                self.session.ctx.state, self.reservations, self.session.ctx.now, end_s, self.sums
+            )
             if cached is self.session.ctx.state:
                 cached = cached.copy()
             self._cache[key] = cached
@@ -145,9 +150,9 @@ class _Walk:
         self.scoring = Scoring(tuple(session.profile.scores))
         self.futures = _Futures(session, self.plugin)
         self.reservations: list[Reservation] = []
-        self.held_sums: dict[tuple[int, ...], Held] = {}
+        self.held_sums = HeldSums(self.reservations)
         """Summed holdings of sets of reservations, by their indices: the list only grows in a walk."""
-        self.shadows = _Shadows(session, self.reservations)
+        self.shadows = _Shadows(session, self.reservations, self.held_sums)
         self.per_lane: dict[str, int] = {}
         self.starving_held = 0
         self.done: set[str] = set()
@@ -271,7 +276,7 @@ def _reserve(
     reservations: list[Reservation],
     scoring: Scoring,
     now_status: Status,
-    sums: dict[tuple[int, ...], Held],
+    sums: HeldSums,
 ) -> Status:
     allowed = allowed_nodes(session, pending.job)
     if isinstance(allowed, Status):
