@@ -76,4 +76,3 @@ def test_building_the_fifo_profile_imports_only_the_plugins_of_the_builtin_profi
     loaded = _imported_after("from loadmaster.config import load_profiles\nload_profiles('builtin')")
     assert "loadmaster.scheduling.plugins.fifo" in loaded
     assert "loadmaster.scheduling.plugins.sharing" not in loaded
-
