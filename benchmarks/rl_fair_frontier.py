@@ -27,7 +27,6 @@ Prints the points and writes benchmarks/results/rl_fair_frontier.json and .png.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import platform
@@ -35,12 +34,12 @@ import statistics
 import time
 from pathlib import Path
 
+import lab_cells
 from loadmaster.config import load_cluster, load_profiles
-from loadmaster.parallel import LocalPool, TaskError
 from loadmaster.rl.evaluate import HEURISTICS, EvalRow, evaluate, learned_profile
 from loadmaster.scheduling import Profile, build_profile
 from loadmaster.scheduling.plugins.backfill import Backfill
-from results_io import print_targets, provenance, seed_range, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "rl_fair_frontier.json"
@@ -158,33 +157,12 @@ def plot(table: dict[str, dict[str, dict[str, float]]], family_of: dict[str, str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seeds", default="10000-10004", help="held-out workload seeds, first-last")
-    parser.add_argument("--jobs", type=int, default=1024, help="jobs per workload")
-    parser.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS), help="comma-separated loads")
-    parser.add_argument("--workers", type=int, default=2, help="workloads simulated at once")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = lab_cells.parser(__doc__, seeds="10000-10004", loads=LOADS, out=RESULTS).parse_args()
     source = provenance(ROOT)
     loads = tuple(float(x) for x in args.loads.split(","))
     family_of = {name: family for name, (family, _) in profiles().items()}
-    cells = [(load, seed, args.jobs) for load in loads for seed in seed_range(args.seeds)]
     started = time.perf_counter()
-    rows: list[EvalRow] = []
-    with LocalPool(args.workers) as pool:
-        for cell in cells:
-            pool.submit(_cell, cell)
-        done = 0
-        while done < len(cells):
-            for item in pool.wait(1.0):
-                if item.error is not None:
-                    raise TaskError(item.error)
-                rows.extend(item.value)
-                done += 1
-                print(f"\r[{done:>3}/{len(cells)}] workloads simulated", end="", flush=True)
-    print()
+    rows = lab_cells.simulate(_cell, lab_cells.cells(args), args.workers)
     table: dict[str, dict[str, dict[str, float]]] = {}
     checks: dict[str, dict[str, object]] = {}
     details: dict[str, dict[str, object]] = {}
@@ -225,8 +203,7 @@ def main() -> None:
     plot(table, family_of, figure)
     result = {
         "benchmark": "rl_fair_frontier",
-        "command": "python benchmarks/rl_fair_frontier.py "
-        f"--seeds {args.seeds} --jobs {args.jobs} --loads {args.loads} --workers {args.workers}",
+        "command": lab_cells.command("rl_fair_frontier.py", args),
         "machine": {"python": platform.python_version(), "cpus": 2},
         "workload": {"name": "lab", "jobs": args.jobs, "loads": list(loads), "seeds": args.seeds},
         "thresholds_h": [math.inf if t is None else t for t in THRESHOLDS_H],

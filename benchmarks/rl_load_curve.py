@@ -24,7 +24,6 @@ Prints a table and writes benchmarks/results/rl_load_curve.json and rl_load_curv
 
 from __future__ import annotations
 
-import argparse
 import math
 import platform
 import statistics
@@ -34,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+import lab_cells
 from clairvoyant_ceiling import KEYS, KeyedOrder, sjf_backfill, swap
 from loadmaster.config import load_cluster
-from loadmaster.parallel import LocalPool, TaskError
 from loadmaster.rl.evaluate import (
     HEURISTICS,
     PRODUCTION,
@@ -46,7 +45,7 @@ from loadmaster.rl.evaluate import (
     learned_profiles,
 )
 from loadmaster.scheduling.plugins.sjf import ShortestJobFirst
-from results_io import print_targets, provenance, seed_range, write_results
+from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "rl_load_curve.json"
@@ -186,31 +185,11 @@ def plot(table: dict[str, dict[str, object]], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seeds", default="10000-10009", help="held-out workload seeds, first-last")
-    parser.add_argument("--jobs", type=int, default=1024, help="jobs per workload")
-    parser.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS), help="comma-separated loads")
-    parser.add_argument("--workers", type=int, default=2, help="workloads simulated at once")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = lab_cells.parser(__doc__, seeds="10000-10009", loads=LOADS, out=RESULTS).parse_args()
     source = provenance(ROOT)
     loads = tuple(float(x) for x in args.loads.split(","))
-    cells = [(load, seed, args.jobs) for load in loads for seed in seed_range(args.seeds)]
     started = time.perf_counter()
-    rows: list[EvalRow] = []
-    with LocalPool(args.workers) as pool:
-        for cell in cells:
-            pool.submit(_cell, cell)
-        while len(rows) < len(cells) * (1 + len(RIVALS) + len(CLAIRVOYANT)):
-            for item in pool.wait(1.0):
-                if item.error is not None:
-                    raise TaskError(item.error)
-                rows.extend(item.value)
-                done = len(rows) // (1 + len(RIVALS) + len(CLAIRVOYANT))
-                print(f"\r[{done:>3}/{len(cells)}] workloads simulated", end="", flush=True)
-    print()
+    rows = lab_cells.simulate(_cell, lab_cells.cells(args), args.workers)
     table = curve(rows)
     print(
         f"\n{'load':>5}  {'rival':<14}{'rival bsld':>11}{'learned bsld':>14}{'advantage':>11}{'95% CI':>10}"
@@ -238,8 +217,7 @@ def main() -> None:
     plot(table, figure)
     result = {
         "benchmark": "rl_load_curve",
-        "command": "python benchmarks/rl_load_curve.py "
-        f"--seeds {args.seeds} --jobs {args.jobs} --loads {args.loads} --workers {args.workers}",
+        "command": lab_cells.command("rl_load_curve.py", args),
         "machine": {"python": platform.python_version(), "cpus": 2},
         "workload": {"name": "lab", "jobs": args.jobs, "loads": list(loads), "seeds": args.seeds},
         "checkpoint": "lab (the shipped default of `learned`)",

@@ -25,6 +25,7 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 # Scripts under benchmarks/ that write no results file, and why.
 NOT_BENCHMARKS = {
     "results_io.py": "the stamping module itself",
+    "lab_cells.py": "options and the worker loop shared by the lab comparisons; writes nothing",
     "job_checksums.py": "writes the test fixture tests/fixtures/job_checksums.json, not a result",
     "sim_profile.py": "prints a cProfile table for docs/simulator.md; writes nothing",
     "strict_fifo_cycles.py": "prints cycle counts for docs/simulator.md; writes nothing",
