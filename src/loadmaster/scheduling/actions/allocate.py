@@ -326,6 +326,10 @@ def _place_on_cycle_state(
     """
     topology = session.profile.place_gang
     key = _failure_key(session, pending, allowed, scoring)
+    if key is not None and all_or_nothing:
+        # A gang failed by count placed nothing where a job that may start with fewer tasks
+        # (a lower min_available, same request) places some: the two must not share a memo entry.
+        key = (key, "all or nothing")
     if key is not None:
         hit = session.place_failures.get(key)
         if hit is not None and hit[0] == session.state_version:
