@@ -151,9 +151,23 @@ def main() -> None:
         "|delta| <= 2% for both (issue 26)",
         ("Gavel", ours_total, theirs_total) if args.gavel is not None else None,
     )
-    print_targets(checks)
+    # Only the default face is judged: the others show how far the result moves when the same
+    # optimum is taken at another point of its face (a sensitivity study, reported without a target).
+    judged = args.face == "interior"
+    if judged:
+        print_targets(checks)
+    verdict: dict[str, object] = (
+        {"targets": checks, "pass": all(bool(c["pass"]) for c in checks.values())}
+        if judged
+        else {
+            "reported": {
+                name: {"measured": check["measured"], "note": "sensitivity to the optimum's face; no target"}
+                for name, check in checks.items()
+            }
+        }
+    )
     write_results(
-        RESULTS if args.face == "interior" else RESULTS.with_name(f"validate_gavel-{args.face}.json"),
+        RESULTS if judged else RESULTS.with_name(f"validate_gavel-{args.face}.json"),
         ROOT,
         {
             "benchmark": "validate_gavel",
@@ -169,8 +183,7 @@ def main() -> None:
             "machine": machine(),
             "repeats": args.repeats,
             "cases": cases,
-            "targets": checks,
-            "pass": all(bool(c["pass"]) for c in checks.values()),
+            **verdict,
         },
     )
 
