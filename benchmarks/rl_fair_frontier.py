@@ -28,6 +28,7 @@ Prints the points and writes benchmarks/results/rl_fair_frontier.json and .png.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import platform
 import statistics
@@ -122,42 +123,70 @@ def check(points: dict[str, tuple[float, float]], family_of: dict[str, str]) -> 
 
 
 def plot(table: dict[str, dict[str, dict[str, float]]], family_of: dict[str, str], path: Path) -> None:
+    """Every point at each load (top, log x), and the lower-left corner where the frontier lies (bottom)."""
     import matplotlib  # noqa: PLC0415 - only for the figure
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: PLC0415
 
-    fig, axes = plt.subplots(1, len(table), figsize=(6.5 * len(table), 5), squeeze=False)
+    fig, axes = plt.subplots(2, len(table), figsize=(6.5 * len(table), 9.5), squeeze=False)
     families = list(dict.fromkeys(family_of.values()))
     colours = plt.get_cmap("tab20")
-    for ax, (load, points) in zip(axes[0], table.items(), strict=True):
-        for i, family in enumerate(families):
-            mine = [(n, p) for n, p in points.items() if family_of[n] == family]
-            xs = [p["mean_bounded_slowdown"] for _, p in mine]
-            ys = [p["max_wait_h"] for _, p in mine]
-            learned = family in LEARNED
-            ax.plot(
-                xs,
-                ys,
-                marker="*" if learned else "o",
-                markersize=10 if learned else 5,
-                linestyle="-" if len(mine) > 1 else "none",
-                linewidth=1.6 if learned else 0.7,
-                color=colours(i % 20),
-                label=family,
-            )
-        ax.set_xscale("log")
-        ax.set_xlabel("mean bounded slowdown (log)")
-        ax.set_ylabel("largest wait (h)")
-        ax.set_title(f"load {load}: lower left is better")
+    for column, (load, points) in enumerate(table.items()):
+        for row in (0, 1):
+            ax = axes[row][column]
+            for i, family in enumerate(families):
+                mine = [p for n, p in points.items() if family_of[n] == family]
+                learned = family in LEARNED
+                ax.plot(
+                    [p["mean_bounded_slowdown"] for p in mine],
+                    [p["max_wait_h"] for p in mine],
+                    marker="*" if learned else "o",
+                    markersize=10 if learned else 5,
+                    linestyle="-" if len(mine) > 1 else "none",
+                    linewidth=1.6 if learned else 0.7,
+                    color=colours(i % 20),
+                    label=family,
+                )
+            ax.set_ylabel("largest wait (h)")
+        whole, corner = axes[0][column], axes[1][column]
+        whole.set_xscale("log")
+        whole.xaxis.set_major_formatter(ScalarFormatter())
+        whole.xaxis.set_minor_formatter(NullFormatter())
+        whole.set_xlabel("mean bounded slowdown (log)")
+        whole.set_title(f"load {load}: every point (lower left is better)")
+        # The corner: from the best slowdown to the worst learned point (with a margin), and every
+        # point inside that range on the wait axis, on linear axes.
+        xs = [p["mean_bounded_slowdown"] for p in points.values()]
+        learned_x = [p["mean_bounded_slowdown"] for n, p in points.items() if family_of[n] in LEARNED]
+        left, right = min(xs), max(learned_x) * 1.15
+        inside = [p["max_wait_h"] for p in points.values() if p["mean_bounded_slowdown"] <= right]
+        corner.set_xlim(left - 0.05 * (right - left), right)
+        corner.set_ylim(min(inside) - 2, max(inside) + 4)
+        corner.set_xlabel("mean bounded slowdown")
+        corner.set_title(f"load {load}: the lower-left corner, where the frontier lies")
     axes[0][-1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def replot(results: Path) -> None:
+    """Draw the figure again from a results file (its points and families), without simulating."""
+    saved = json.loads(results.read_text(encoding="utf-8"))
+    figure = results.with_name(saved["figure"])
+    plot(saved["points"], saved["families"], figure)
+    print(f"wrote {figure}")
+
+
 def main() -> None:
-    args = lab_cells.parser(__doc__, seeds="10000-10004", loads=LOADS, out=RESULTS).parse_args()
+    parser = lab_cells.parser(__doc__, seeds="10000-10004", loads=LOADS, out=RESULTS)
+    parser.add_argument("--replot", action="store_true", help="only draw the figure again from --out")
+    args = parser.parse_args()
+    if args.replot:
+        replot(args.out)
+        return
     source = provenance(ROOT)
     loads = tuple(float(x) for x in args.loads.split(","))
     family_of = {name: family for name, (family, _) in profiles().items()}

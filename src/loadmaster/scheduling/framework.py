@@ -228,6 +228,10 @@ class PermitPlugin(Plugin):
     def permit(self, pending: PendingJob, placed: int) -> Status:
         raise NotImplementedError
 
+    def permits(self, pending: PendingJob, placed: int) -> bool:
+        """Whether :meth:`permit` accepts, without the reason (a plugin may answer it more cheaply)."""
+        return self.permit(pending, placed).ok
+
 
 class ReservePlugin(Plugin):
     """``reserve``: which waiting jobs hold a reservation, and how long jobs are expected to run.

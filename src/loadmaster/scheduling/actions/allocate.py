@@ -288,7 +288,7 @@ def try_place(
     # A gang whose permit refuses any placement short of its remaining tasks (permits are monotone:
     # refusing n placed tasks, they refuse fewer) may fail without being placed task by task.
     left = pending.job.tasks - len(pending.bound)
-    whole = left > 1 and not _permit(session, pending, left - 1).ok
+    whole = left > 1 and not all(plugin.permits(pending, left - 1) for plugin in session.profile.permit)
     if state is session.ctx.state:  # the common case: no view to switch to (a context manager costs)
         placed, status = _place_on_cycle_state(session, pending, allowed, scoring, all_or_nothing=whole)
     else:

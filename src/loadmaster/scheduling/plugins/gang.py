@@ -25,3 +25,6 @@ class Gang(PermitPlugin):
             f"gang: only {have} of the {pending.job.min_available} tasks it needs fit now",
             self.name,
         )
+
+    def permits(self, pending: PendingJob, placed: int) -> bool:
+        return len(pending.bound) + placed >= pending.job.min_available
