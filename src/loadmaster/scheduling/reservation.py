@@ -586,15 +586,22 @@ def _append(rows: IntArray2, used: int, more: IntArray2) -> IntArray2:
 def _gather(
     rows: npt.NDArray[np.int64], starts: npt.NDArray[np.int64], counts: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """Blocks ``rows[starts[i] : starts[i] + counts[i]]`` one after another, and where each begins."""
+    """Blocks ``rows[starts[i] : starts[i] + counts[i]]`` one after another, and where each begins.
+
+    Row k of the result, in block i, is ``rows[starts[i] - upto[i] + k]``: one offset per block,
+    repeated over its rows and added to 0..total-1 (half the index arithmetic of repeating the
+    block numbers and gathering both offsets through them; a plan gathers thousands of rows)."""
     upto = _upto(counts)
-    block = np.repeat(np.arange(len(counts)), counts)
-    return rows[starts[block] + (np.arange(upto[-1]) - upto[:-1][block])], upto
+    index = np.repeat(starts - upto[:-1], counts)
+    index += np.arange(upto[-1])
+    return rows.take(index, axis=0), upto
 
 
 def _upto(counts: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Prefix sums with a leading 0: where each block of rows starts, and the total at the end."""
-    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+    upto = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, dtype=np.int64, out=upto[1:])
+    return upto
 
 
 def _merge_blocks(
