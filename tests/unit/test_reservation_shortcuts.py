@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadmaster.model import ClusterSnapshot, TaskPlacement, TaskRequest
-from loadmaster.scheduling.reservation import Release, ReleasePlan, _room, _room_less, without_held
+from loadmaster.scheduling.reservation import (
+    Release,
+    ReleasePlan,
+    _candidate_times,
+    _room,
+    _room_less,
+    without_held,
+)
 from loadmaster.scheduling.state import WorkingState
 from reservation_strategies import NODES, placements
 
@@ -128,3 +135,17 @@ def test_release_book_drops_ended_jobs_and_still_plans_the_same() -> None:
         got = book.plan(running, 3.0, lambda r: r.job.time_limit_s)
         assert _rows(got) == _rows(expected)
         assert len(book) <= 2 * 600 + 1024
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    times=st.lists(st.sampled_from([0.0, 1.0, 2.5, 3.0, 7.0, 7.5, 9.0, 40.0]), max_size=200).map(sorted),
+    ends=st.lists(st.sampled_from([0.5, 1.0, 3.0, 8.0, 9.0, 50.0, 60.0]), max_size=12),
+    first=st.integers(0, 200),
+)
+def test_candidate_times_are_the_sorted_set(times: list[float], ends: list[float], first: int) -> None:
+    """Made block by block, the candidates are the sorted set the scan used to build in one go."""
+    first = min(first, len(times))
+    start = times[first - 1] if first else 0.0
+    later = [e for e in ends if e > start]
+    assert list(_candidate_times(start, times, first, later)) == sorted({start, *times[first:], *later})

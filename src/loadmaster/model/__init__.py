@@ -21,12 +21,19 @@ from loadmaster.model.mig import MigInstance, MigPoolConfig, MigSlot
 from loadmaster.model.node import Node, NodeTable
 from loadmaster.model.outcome import JobTable, Timeline
 from loadmaster.model.resources import MILLI_PER_GPU, ResourceType, TaskRequest
-from loadmaster.model.snapshot import ClusterSnapshot, MigView, gpu_summary, node_gpu_summary
+from loadmaster.model.snapshot import (
+    TRANSPOSED_FROM_NODES,
+    ClusterSnapshot,
+    MigView,
+    gpu_summary,
+    node_gpu_summary,
+)
 from loadmaster.model.usage import DecayedUsage, UsageLedger
 
 __all__ = [
     "MILLI_PER_GPU",
     "SIZE_CLASSES",
+    "TRANSPOSED_FROM_NODES",
     "ClusterSnapshot",
     "DecayedUsage",
     "Job",

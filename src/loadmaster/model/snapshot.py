@@ -121,7 +121,7 @@ def gpu_summary(
     if gpu_free.shape[1] == 0:
         zeros = np.zeros(gpu_free.shape[0], dtype=np.int64)
         return zeros.copy(), zeros, zeros.copy()
-    if gpu_free.shape[0] >= _TRANSPOSED_FROM_NODES:
+    if gpu_free.shape[0] >= TRANSPOSED_FROM_NODES:
         columns = np.ascontiguousarray(gpu_free.T)
         whole = np.add.reduce(columns == MILLI_PER_GPU, axis=0, dtype=np.int64)
         largest = np.maximum.reduce(columns, axis=0).astype(np.int64, copy=False)
@@ -131,7 +131,7 @@ def gpu_summary(
     return whole, largest, np.add.reduce(gpu_free, axis=1, dtype=np.int64)
 
 
-_TRANSPOSED_FROM_NODES = 64
+TRANSPOSED_FROM_NODES = 64
 """Nodes from which :func:`gpu_summary` reduces a transposed copy (the lab's 24 nodes stay below it)."""
 
 

@@ -14,7 +14,7 @@ import bisect
 import collections
 import copy
 import itertools
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from loadmaster.model import (
     MILLI_PER_GPU,
+    TRANSPOSED_FROM_NODES,
     Job,
     PendingJob,
     RunningJob,
@@ -165,9 +166,13 @@ def _room_less(state: WorkingState, held: Held, allowed: BoolArray, request: Tas
     """
     cap: IntArray | None = None
     if request.whole_gpus:
-        # max(free - held, 0) is a whole GPU exactly when free - held is
-        # a sum of booleans: count_nonzero with an axis goes through Python-level dtype checks
-        cap = np.add.reduce(state.gpu_free - held.gpu == MILLI_PER_GPU, axis=1, dtype=np.int64)
+        # max(free - held, 0) is a whole GPU exactly when the GPU is wholly free and nothing of it
+        # is held (held >= 0, free <= a whole GPU): the state's count of wholly free GPUs less those
+        # that are held, found among the few GPUs the reservations hold rather than over all of them.
+        cells = held.gpu_cells
+        gpus = state.gpu_free.shape[1]
+        taken = cells[state.gpu_free.ravel()[cells] == MILLI_PER_GPU] // gpus
+        cap = state.whole_free - np.bincount(taken, minlength=len(state.whole_free))
         cap //= request.whole_gpus
     elif request.is_fractional:
         cap = np.add.reduce(np.maximum(state.gpu_free - held.gpu, 0) // request.gpu_milli, axis=1)
@@ -735,17 +740,16 @@ def _scan(
     """
     need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
-    # Every candidate (later releases and reservation ends, all at or after start), in order and
-    # once each: a set sorted in C costs less than merging generators lazily, one step per time read
-    later = sorted({start, *future.times[first:], *(r.end_s for r in reservations if r.end_s > start)})
+    later = _candidate_times(start, future.times, first, [r.end_s for r in reservations if r.end_s > start])
     if settled is not None:
-        del later[bisect.bisect_right(later, settled[0]) :]
+        until = settled[0]
+        later = itertools.takewhile(lambda time_s: time_s <= until, later)
     index = first
     state = future.after(first)
     request = pending.job.request
     if sums is None or sums.reservations is not reservations:
         sums = HeldSums(reservations)
-    candidates = iter(later)
+    candidates = later
     rooms: _Rooms | None = None
     overlaps = _Overlaps(reservations, run_s)
     size = SCAN_FIRST
@@ -789,6 +793,37 @@ def _scan(
                 taken = ctx.state.held(placed)
                 return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), taken)
     return None if settled is None else settled[1]
+
+
+def _candidate_times(start: float, times: Sequence[float], first: int, ends: list[float]) -> Iterator[float]:
+    """``start``, then every release time from ``times[first]`` on and every reservation end in
+    ``ends`` (all at or after ``start``; ``times`` ascending), ascending and once each.
+
+    Made a block of releases at a time, each block with the ends up to its last time sorted as a
+    set in C: most searches stop within their first few candidates, and on a large cluster the
+    plan holds thousands of releases, which a sort of them all at every search would read.
+    """
+    yield start
+    last = start
+    ends = sorted(ends)
+    taken = 0
+    while first < len(times) or taken < len(ends):
+        if first < len(times):
+            block = times[first : first + _CANDIDATE_BLOCK]
+            first += len(block)
+            upto = bisect.bisect_right(ends, block[-1], lo=taken)
+            merged = sorted({*block, *ends[taken:upto]})
+            taken = upto
+        else:
+            merged, taken = sorted(set(ends[taken:])), len(ends)
+        for time_s in merged:
+            if time_s > last:  # a time equal to the last block's last one was yielded already
+                yield time_s
+                last = time_s
+
+
+_CANDIDATE_BLOCK = 64
+"""Release times a search's candidates are made of at once (see :func:`_candidate_times`)."""
 
 
 SCAN_FIRST = 4
@@ -909,7 +944,14 @@ class _Rooms:
         cells = nodes * gpus
         gpu = free[:, :cells].reshape(len(uptos), nodes, gpus)
         if request.whole_gpus:
-            cap = np.add.reduce(gpu == MILLI_PER_GPU, axis=2, dtype=np.int64) // request.whole_gpus
+            whole = gpu == MILLI_PER_GPU
+            if nodes >= TRANSPOSED_FROM_NODES:
+                # Counted across a contiguous (candidates, GPUs, nodes) copy: a reduction along rows
+                # of a few GPUs runs its inner loop once per node and candidate (model.gpu_summary).
+                cap = np.add.reduce(np.ascontiguousarray(whole.transpose(0, 2, 1)), axis=1, dtype=np.int64)
+            else:
+                cap = np.add.reduce(whole, axis=2, dtype=np.int64)
+            cap //= request.whole_gpus
         else:
             cap = np.add.reduce(np.maximum(gpu, 0) // request.gpu_milli, axis=2)
         if request.cpu_milli:

@@ -50,6 +50,13 @@ class Held:
         most of its cost)."""
         return np.concatenate([self.gpu.ravel(), self.cpu, self.memory])
 
+    @functools.cached_property
+    def gpu_cells(self) -> npt.NDArray[np.intp]:
+        """Flat indices (row by row) of the GPUs of which something is held: a reservation holds a
+        few nodes of a large cluster, and counts that only change where something is held need
+        only look there."""
+        return np.flatnonzero(self.gpu)
+
     @classmethod
     def of_flat(cls, flat: IntArray, gpu_shape: tuple[int, ...], mig: tuple[TaskPlacement, ...] = ()) -> Held:
         """The holdings whose :attr:`flat` vector is ``flat`` (its arrays are views of it)."""
