@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, Job
+from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, Job, RunningJob
 
 F32 = npt.NDArray[np.float32]
 
@@ -46,28 +46,96 @@ class ObservationSpec:
     """Scale of waits (one hour)."""
 
 
-def node_features(snapshot: ClusterSnapshot, now: float, spec: ObservationSpec) -> F32:
+class NodeRows:
+    """Running jobs' placements as flat arrays (node and GPUs of each), kept from cycle to cycle.
+
+    Each job is flattened once, when first seen running, into arrays that grow by doubling; a
+    cycle then gathers the rows of the jobs running now, in their order, with a few vectorised
+    steps instead of walking every placement of every running job in Python (a large cluster runs
+    thousands). Jobs are known by the id of their object, which the book keeps alive; those no
+    longer running are dropped once they outnumber the running ones.
+    """
+
+    def __init__(self) -> None:
+        self._slot_of: dict[int, int] = {}
+        self._jobs: list[RunningJob] = []
+        self._at = np.zeros(64, dtype=np.int64)
+        self._count = np.zeros(64, dtype=np.int64)
+        self._end = np.zeros(64, dtype=np.float64)
+        self._rows = np.zeros(256, dtype=np.intp)
+        self._weights = np.zeros(256, dtype=np.float64)
+        self._used = 0
+
+    def _add(self, job: RunningJob) -> int:
+        slot = len(self._jobs)
+        if slot == len(self._at):
+            self._at, self._count, self._end = (
+                np.concatenate([a, np.zeros_like(a)]) for a in (self._at, self._count, self._end)
+            )
+        placements = job.placements
+        if self._used + len(placements) > len(self._rows):
+            size = max(2 * len(self._rows), self._used + len(placements))
+            self._rows = np.concatenate([self._rows, np.zeros(size - len(self._rows), dtype=np.intp)])
+            self._weights = np.concatenate([self._weights, np.zeros(size - len(self._weights))])
+        used = self._used
+        for i, p in enumerate(placements):
+            self._rows[used + i] = p.node
+            self._weights[used + i] = len(p.gpu_indices) * p.gpu_milli / MILLI_PER_GPU
+        self._at[slot], self._count[slot], self._end[slot] = used, len(placements), job.expected_end_s
+        self._used += len(placements)
+        self._jobs.append(job)
+        self._slot_of[id(job)] = slot
+        return slot
+
+    def arrays(
+        self, running: list[RunningJob]
+    ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+        """The placements of ``running`` in order: node and GPUs of each, the index of the job each
+        belongs to, and each job's expected end."""
+        if len(self._jobs) > 2 * len(running) + 1024:
+            self.__init__()  # type: ignore[misc]
+        slots: list[int | None] = list(map(self._slot_of.get, map(id, running)))
+        if None in slots:
+            slots = [
+                self._add(job) if slot is None else slot for job, slot in zip(running, slots, strict=True)
+            ]
+        index = np.array(slots, dtype=np.int64)
+        counts = self._count[index]
+        upto = np.zeros(len(index) + 1, dtype=np.int64)
+        np.cumsum(counts, out=upto[1:])
+        rows_at = np.repeat(self._at[index] - upto[:-1], counts)
+        rows_at += np.arange(upto[-1])
+        owners = np.repeat(np.arange(len(index)), counts)
+        return self._rows[rows_at], self._weights[rows_at], owners, self._end[index]
+
+
+def node_features(
+    snapshot: ClusterSnapshot, now: float, spec: ObservationSpec, book: NodeRows | None = None
+) -> F32:
     """Free GPUs / GPUs of each node now and at now + h x step (h = 1..T), as running jobs
-    reach their time limits (what a scheduler can know); shape (nodes, T + 1), in [0, 1]."""
+    reach their time limits (what a scheduler can know); shape (nodes, T + 1), in [0, 1].
+
+    ``book`` (kept by the caller from cycle to cycle) holds the running jobs' placements as
+    arrays (:class:`NodeRows`); without one, a fresh book is made for the call.
+    """
     node_gpus = np.maximum(snapshot.nodes.gpus, 1).astype(np.float64)
     free = np.asarray(snapshot.free_milli, dtype=np.float64) / MILLI_PER_GPU
     points = now + spec.horizon_step_s * np.arange(spec.horizon_steps + 1)
     released = np.zeros((len(free), len(points)))
-    # One row per placement, added in the jobs' and placements' order: np.add.at adds unbuffered,
-    # in index order, so every sum is made in the order (and to the bit) of a loop over them.
-    owners: list[int] = []
-    rows: list[int] = []
-    weights: list[float] = []
-    ends: list[float] = []
-    for i, running in enumerate(snapshot.running):
-        ends.append(running.expected_end_s)
-        for p in running.placements:
-            owners.append(i)
-            rows.append(p.node)
-            weights.append(len(p.gpu_indices) * p.gpu_milli / MILLI_PER_GPU)
-    if rows:
-        after = (points >= np.array(ends)[:, None]) & (points > now)
-        np.add.at(released, np.array(rows), after[owners] * np.array(weights)[:, None])
+    running = list(snapshot.running)
+    if running:
+        rows, weights, owners, ends = (book if book is not None else NodeRows()).arrays(running)
+        # Only placements of jobs that end within the horizon add anything (the others add +0.0,
+        # which changes no sum): on a large cluster, a small part of the running jobs.
+        ending = ends[owners] <= points[-1]
+        rows, weights, owners = rows[ending], weights[ending], owners[ending]
+        after = (points >= ends[:, None]) & (points > now)
+        added = after[owners] * weights[:, None]
+        # One placement after another into each node's sum, in the jobs' and placements' order
+        # (np.bincount accumulates its weights in input order, as a loop over them would): every
+        # sum is made in the same order, to the bit, as adding the placements one by one.
+        for column in range(len(points)):
+            released[:, column] = np.bincount(rows, weights=added[:, column], minlength=len(free))
     features = (free[:, None] + released) / node_gpus[:, None]
     return np.clip(features, 0.0, 1.0).astype(np.float32)
 

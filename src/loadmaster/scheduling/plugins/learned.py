@@ -40,7 +40,7 @@ import numpy.typing as npt
 
 from loadmaster.model import Job
 from loadmaster.scheduling.framework import CycleContext, OrderPlugin
-from loadmaster.scheduling.observe import global_features, job_features, node_features
+from loadmaster.scheduling.observe import NodeRows, global_features, job_features, node_features
 from loadmaster.scheduling.policy_net import PolicyNet, load_policy
 
 
@@ -92,6 +92,8 @@ class Learned(OrderPlugin):
         self.policy: PolicyNet = load_policy(self.settings.checkpoint)
         self.recorder: Callable[[RankedCycle], None] | None = None
         """Set by a trainer to receive every cycle of two or more jobs; None when serving."""
+        self._node_rows = NodeRows()
+        """Running jobs' placements as arrays for the node features, kept from cycle to cycle."""
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float | str, ...]:
         return self.order_keys([job], ctx)[0]
@@ -100,7 +102,7 @@ class Learned(OrderPlugin):
         spec, snapshot, now = self.policy.spec, ctx.snapshot, ctx.now
         inputs = self.policy.inputs(
             job_features(jobs, snapshot, now, spec),
-            node_features(snapshot, now, spec),
+            node_features(snapshot, now, spec, self._node_rows),
             global_features(snapshot, now, spec),
         )
         scores = self.policy.score_inputs(inputs)
