@@ -53,25 +53,35 @@ class TimelineRecorder:
                 del counts[key]
 
     def sample(
-        self, time_s: float, gpu_free: np.ndarray, free_milli: np.ndarray, mig: MigPool | None = None
+        self,
+        time_s: float,
+        gpu_free: np.ndarray,
+        free_milli: np.ndarray,
+        mig: MigPool | None = None,
+        whole_free: np.ndarray | None = None,
     ) -> None:
         """Record the state after a cycle at ``time_s``; with ``mig``, a MIG-mode GPU counts as allocated
-        only as far as its instances in use go (the per-GPU arrays show it as never free)."""
+        only as far as its instances in use go (the per-GPU arrays show it as never free).
+        ``whole_free``: the wholly free GPUs per node, where the caller keeps them (else counted)."""
         free = free_milli if mig is None else free_milli + mig.idle_gpus() * MILLI_PER_GPU
         free_per_pool = np.bincount(self.nodes.pool_index, weights=free, minlength=self.pool_count)
         self._times.append(time_s)
         self._allocated.append(self.pool_gpus - free_per_pool / MILLI_PER_GPU)
         self._queue.append(self.queued.copy())
         self._free.append(float(free_per_pool.sum()) / MILLI_PER_GPU)
-        self._fragmented.append(self._fragmentation(gpu_free))
+        self._fragmented.append(self._fragmentation(gpu_free, whole_free))
 
-    def _fragmentation(self, gpu_free: np.ndarray) -> float:
+    def _fragmentation(self, gpu_free: np.ndarray, whole_free: np.ndarray | None) -> float:
         total = 0.0
         for pool, counts in enumerate(self.smallest_task):
             smallest = min(counts) if counts else 0
             if smallest <= 1:
                 continue  # nobody waits here, or a 1-GPU (or smaller) task can use any free GPU
-            whole = np.count_nonzero(gpu_free[self.pool_rows[pool]] == MILLI_PER_GPU, axis=1)
+            rows = self.pool_rows[pool]
+            if whole_free is None:
+                whole = np.count_nonzero(gpu_free[rows] == MILLI_PER_GPU, axis=1)
+            else:
+                whole = whole_free[rows]  # the same counts, kept by the caller node by node
             total += float(whole[whole < smallest].sum())
         return total
 

@@ -223,7 +223,8 @@ class Simulator:
                     self._reserved(decision)
             self._last = result
             self._explain_cycle(result, now)
-        self.recorder.sample(now, self.cluster.gpu_free, self.cluster.free_milli, self.cluster.mig)
+        cluster = self.cluster
+        self.recorder.sample(now, cluster.gpu_free, cluster.free_milli, cluster.mig, cluster.whole_free)
 
     def _reserved(self, reserve: Reserve) -> None:
         index = self.index[reserve.job_id]
