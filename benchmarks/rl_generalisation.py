@@ -280,7 +280,7 @@ def swf_task(task: SwfTask) -> list[Measured]:
 
 def run_task(task: LabTask | SwfTask) -> list[Measured]:
     """A lab task (four fields) or an SWF task (three)."""
-    return lab_task(task) if len(task) == 4 else swf_task(task)  # type: ignore[arg-type]
+    return lab_task(task) if len(task) == 4 else swf_task(task)
 
 
 def checkpoint(workload: str, backfill: bool) -> str:
