@@ -304,8 +304,8 @@ def describe(workload: str) -> str:
 
 def summarise(measured: Sequence[Measured]) -> list[dict[str, object]]:
     """One row per test workload and mode: means, the best heuristic, learned's advantage over it
-    (on the means, and per unit with a 95% interval), the best clairvoyant order and the share of
-    headroom."""
+    (on the means; per seed or sequence, with the half-width of a 95% interval of their mean), the
+    best clairvoyant order and the share of headroom."""
     rows: list[dict[str, object]] = []
     for workload in dict.fromkeys(m.workload for m in measured):
         for backfill in MODES:
@@ -315,7 +315,8 @@ def summarise(measured: Sequence[Measured]) -> list[dict[str, object]]:
             means = {p: statistics.fmean(bsld[p][u] for u in units) for p in POLICIES}
             best = min(HEURISTICS, key=means.__getitem__)
             advantage = 1 - means["learned"] / means[best]
-            _, half = interval([1 - bsld["learned"][u] / bsld[best][u] for u in units])
+            per_unit = {u: 1 - bsld["learned"][u] / bsld[best][u] for u in units}
+            _, half = interval(list(per_unit.values()))
             ceiling = min(CLAIRVOYANT, key=means.__getitem__)
             headroom = 1 - means[ceiling] / means[best]
             share = (
@@ -335,6 +336,7 @@ def summarise(measured: Sequence[Measured]) -> list[dict[str, object]]:
                     "best_heuristic": best,
                     "advantage": advantage,
                     "advantage_ci95": half,
+                    "advantage_per_unit": {str(u): value for u, value in per_unit.items()},
                     "within_2pct": advantage >= -BEHIND_AT_MOST,
                     "best_clairvoyant": ceiling,
                     "headroom": headroom,

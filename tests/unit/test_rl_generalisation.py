@@ -77,6 +77,7 @@ def test_rows_and_targets_have_their_fields(
             "best_heuristic",
             "advantage",
             "advantage_ci95",
+            "advantage_per_unit",
             "within_2pct",
             "best_clairvoyant",
             "headroom",
