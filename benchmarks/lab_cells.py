@@ -10,13 +10,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from loadmaster.parallel import LocalPool, TaskError
-from loadmaster.rl.evaluate import EvalRow
 from results_io import seed_range
 
 Cell = tuple[float, int, int]
 """(load, workload seed, jobs)."""
+
+Task = TypeVar("Task")
+Row = TypeVar("Row")
 
 
 def parser(doc: str | None, *, seeds: str, loads: Sequence[float], out: Path) -> argparse.ArgumentParser:
@@ -44,9 +47,11 @@ def command(script: str, args: argparse.Namespace) -> str:
     )
 
 
-def simulate(task: Callable[[Cell], list[EvalRow]], todo: Sequence[Cell], workers: int) -> list[EvalRow]:
-    """``task`` on every cell in ``workers`` processes, with a count of the workloads done."""
-    rows: list[EvalRow] = []
+def simulate(task: Callable[[Task], list[Row]], todo: Sequence[Task], workers: int) -> list[Row]:
+    """``task`` on every cell in ``workers`` processes, with a count of the workloads done (cells
+    are :data:`Cell` for the lab comparisons, any picklable task for others; rows are
+    ``loadmaster.rl.evaluate.EvalRow`` for them)."""
+    rows: list[Row] = []
     with LocalPool(workers) as pool:
         for cell in todo:
             pool.submit(task, cell)
