@@ -19,7 +19,10 @@ Cases (``--set``):
   lab cluster with 6,000 lab jobs at load 1.1, where the queue grows to
   thousands of waiting jobs (what keeping verdicts across cycles must not
   change);
-* ``fgd``: the FGD validation's policies on openb, seed 0 with numpy's draws.
+* ``fgd``: the FGD validation's policies on openb, seed 0 with numpy's draws;
+* ``large``: the production profiles on the built-in 1,000 x 8 GPU cluster and workload at
+  load 1.1 (10,000 jobs; ``fair``, whose queue holds nearly every job there, 3,000), where
+  the scheduler's arrays are a thousand nodes long (minutes; not part of the test suite).
 
     python benchmarks/job_checksums.py --set quick [--check | --write]
     python benchmarks/job_checksums.py --set all --write
@@ -56,7 +59,9 @@ OVERLOAD_JOBS = 6000
 OVERLOAD_LOAD = 1.1
 OVERLOAD_PROFILES = ("sds", "nsml", "slurm", "learned", "kube-default", "fair")
 """The profiles that look past a blocked head job, so whose cost grows with the queue."""
-SETS = ("quick", "demo", "overload", "lublin", "lublin-quick", "fgd")
+SETS = ("quick", "demo", "overload", "lublin", "lublin-quick", "fgd", "large")
+LARGE_JOBS = {"fair": 3000}
+"""Jobs of the ``large`` set per profile where not 10,000."""
 
 
 class _Recording(Simulator):
@@ -122,6 +127,21 @@ def _lab(
         yield f"{label}/{name}", one
 
 
+def _large() -> Iterator[tuple[str, Callable[[], str]]]:
+    cluster = load_cluster("large")
+    profiles = load_profiles()
+    for name in PROFILES:
+        jobs = LARGE_JOBS.get(name, 10_000)
+
+        def one(name: str = name, jobs: int = jobs) -> str:
+            workload = load_workload("large", cluster, jobs=jobs, load=OVERLOAD_LOAD)
+            return run_digest(
+                _Recording(cluster.nodes, Scheduler(profiles[name]), workload.jobs, SimOptions())
+            )
+
+        yield f"large-{jobs}/{name}", one
+
+
 def _lublin(data: Path, sequences: int) -> Iterator[tuple[str, Callable[[], str]]]:
     from loadmaster.validation import rlscheduler  # noqa: PLC0415 (only this set needs it)
 
@@ -173,6 +193,8 @@ def cases(which: str, data: Path) -> Iterator[tuple[str, Callable[[], str]]]:
         yield from _lublin(data, 10)
     if which in {"fgd", "all", "quick-data"}:
         yield from _fgd(data)
+    if which == "large":  # not in "all": minutes of a long queue on a thousand nodes
+        yield from _large()
 
 
 def main() -> None:
