@@ -1,8 +1,9 @@
 """Counts over many nodes taken across a transposed copy give what the row-wise reductions give.
 
 ``model.gpu_summary`` and the reservation scan's vectorised room count (``_Rooms.enough_flat``)
-reduce a contiguous transposed copy from ``TRANSPOSED_FROM_NODES`` nodes on (a large cluster),
-and along rows below it; both feed decisions, so both ways must agree on any free resources.
+reduce through ``model.per_node``: a contiguous transposed copy from ``TRANSPOSED_FROM_NODES``
+nodes on (a large cluster), along rows below it; both feed decisions, so both ways must agree
+on any free resources.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import a_cluster
-from loadmaster.model import MILLI_PER_GPU, TRANSPOSED_FROM_NODES, ClusterSnapshot, TaskRequest, gpu_summary
+from loadmaster.model import (
+    MILLI_PER_GPU,
+    TRANSPOSED_FROM_NODES,
+    ClusterSnapshot,
+    TaskRequest,
+    gpu_summary,
+    snapshot,
+)
 from loadmaster.scheduling import reservation
 from loadmaster.scheduling.state import WorkingState
 
@@ -56,7 +64,7 @@ def test_vectorised_room_count_is_the_same_either_way(
     uptos = [0, 2, 3, 4]
     for need in (1, 40, 90, 200):
         transposed = rooms.enough_flat(uptos, held.copy(), need)
-        monkeypatch.setattr(reservation, "TRANSPOSED_FROM_NODES", 10**9)
+        monkeypatch.setattr(snapshot, "TRANSPOSED_FROM_NODES", 10**9)
         row_wise = rooms.enough_flat(uptos, held.copy(), need)
         monkeypatch.undo()
         assert transposed == row_wise

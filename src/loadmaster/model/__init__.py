@@ -27,6 +27,7 @@ from loadmaster.model.snapshot import (
     MigView,
     gpu_summary,
     node_gpu_summary,
+    per_node,
 )
 from loadmaster.model.usage import DecayedUsage, UsageLedger
 
@@ -60,5 +61,6 @@ __all__ = [
     "UsageLedger",
     "gpu_summary",
     "node_gpu_summary",
+    "per_node",
     "size_class",
 ]

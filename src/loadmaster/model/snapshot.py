@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -112,27 +112,32 @@ def gpu_summary(
 
     The ufuncs' own reductions, each into a new int64 array: ``count_nonzero`` with an axis and
     the array methods go through Python-level wrappers, most of the cost on a small cluster (a
-    reservation search summarises every view it builds).
-
-    On many nodes the rows are reduced through a contiguous copy of the transposed array: a
-    reduction along rows of a few GPUs runs its inner loop once per node, while one across the
-    columns runs a few long vectorised loops (about a quarter of the time on 1,000 x 8 GPUs; on
-    a few dozen nodes the copy costs more than it saves). Integer sums: the same values either way."""
+    reservation search summarises every view it builds); on many nodes, across the GPUs
+    (:func:`per_node`: about a quarter of the time on 1,000 x 8 GPUs)."""
     if gpu_free.shape[1] == 0:
         zeros = np.zeros(gpu_free.shape[0], dtype=np.int64)
         return zeros.copy(), zeros, zeros.copy()
-    if gpu_free.shape[0] >= TRANSPOSED_FROM_NODES:
-        columns = np.ascontiguousarray(gpu_free.T)
-        whole = np.add.reduce(columns == MILLI_PER_GPU, axis=0, dtype=np.int64)
-        largest = np.maximum.reduce(columns, axis=0).astype(np.int64, copy=False)
-        return whole, largest, np.add.reduce(columns, axis=0, dtype=np.int64)
-    whole = np.add.reduce(gpu_free == MILLI_PER_GPU, axis=1, dtype=np.int64)
-    largest = np.maximum.reduce(gpu_free, axis=1).astype(np.int64, copy=False)
-    return whole, largest, np.add.reduce(gpu_free, axis=1, dtype=np.int64)
+    whole = per_node(np.add, gpu_free == MILLI_PER_GPU, dtype=np.int64)
+    largest = per_node(np.maximum, gpu_free).astype(np.int64, copy=False)
+    return whole, largest, per_node(np.add, gpu_free, dtype=np.int64)
 
 
 TRANSPOSED_FROM_NODES = 64
-"""Nodes from which :func:`gpu_summary` reduces a transposed copy (the lab's 24 nodes stay below it)."""
+"""Nodes from which :func:`per_node` reduces a transposed copy (the lab's 24 nodes stay below it)."""
+
+
+def per_node(ufunc: np.ufunc, values: npt.NDArray[Any], dtype: type | None = None) -> npt.NDArray[Any]:
+    """``ufunc`` reduced over the last axis (a node's GPUs) of ``values`` (..., nodes, GPUs).
+
+    From :data:`TRANSPOSED_FROM_NODES` nodes on, through a contiguous copy with the GPUs first: a
+    reduction along rows of a few GPUs runs its inner loop once per node, one across them a few
+    long vectorised loops. Exact either way for the integer and boolean arrays it is given."""
+    if values.ndim >= 2 and values.shape[-2] >= TRANSPOSED_FROM_NODES:
+        values = np.ascontiguousarray(np.moveaxis(values, -1, 0))
+        reduced: npt.NDArray[Any] = ufunc.reduce(values, axis=0, dtype=dtype)
+        return reduced
+    reduced = ufunc.reduce(values, axis=-1, dtype=dtype)
+    return reduced
 
 
 def node_gpu_summary(row: npt.NDArray[np.int64]) -> tuple[int, int, int]:

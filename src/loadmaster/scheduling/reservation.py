@@ -23,13 +23,13 @@ import numpy.typing as npt
 
 from loadmaster.model import (
     MILLI_PER_GPU,
-    TRANSPOSED_FROM_NODES,
     Job,
     PendingJob,
     RunningJob,
     TaskPlacement,
     TaskRequest,
     gpu_summary,
+    per_node,
 )
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.fit import IntArray
@@ -740,16 +740,17 @@ def _scan(
     """
     need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
-    later = _candidate_times(start, future.times, first, [r.end_s for r in reservations if r.end_s > start])
+    candidates = _candidate_times(
+        start, future.times, first, [r.end_s for r in reservations if r.end_s > start]
+    )
     if settled is not None:
         until = settled[0]
-        later = itertools.takewhile(lambda time_s: time_s <= until, later)
+        candidates = itertools.takewhile(lambda time_s: time_s <= until, candidates)
     index = first
     state = future.after(first)
     request = pending.job.request
     if sums is None or sums.reservations is not reservations:
         sums = HeldSums(reservations)
-    candidates = later
     rooms: _Rooms | None = None
     overlaps = _Overlaps(reservations, run_s)
     size = SCAN_FIRST
@@ -944,14 +945,7 @@ class _Rooms:
         cells = nodes * gpus
         gpu = free[:, :cells].reshape(len(uptos), nodes, gpus)
         if request.whole_gpus:
-            whole = gpu == MILLI_PER_GPU
-            if nodes >= TRANSPOSED_FROM_NODES:
-                # Counted across a contiguous (candidates, GPUs, nodes) copy: a reduction along rows
-                # of a few GPUs runs its inner loop once per node and candidate (model.gpu_summary).
-                cap = np.add.reduce(np.ascontiguousarray(whole.transpose(0, 2, 1)), axis=1, dtype=np.int64)
-            else:
-                cap = np.add.reduce(whole, axis=2, dtype=np.int64)
-            cap //= request.whole_gpus
+            cap = per_node(np.add, gpu == MILLI_PER_GPU, dtype=np.int64) // request.whole_gpus
         else:
             cap = np.add.reduce(np.maximum(gpu, 0) // request.gpu_milli, axis=2)
         if request.cpu_milli:
