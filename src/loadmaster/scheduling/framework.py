@@ -262,6 +262,9 @@ class ReservePlugin(Plugin):
     reservations_per_lane: int = 1
     """Most jobs of one queue lane that reserve in a cycle (besides starving ones): each is a search of
     the running jobs' ends, the dearest step of a backfilling cycle. Read to guess a profile's cost."""
+    pass_interval_s: float | None = None
+    """Least time between two backfill walks (Slurm's ``bf_interval``); the cycles in between start
+    jobs in queue order up to the first that cannot start in each lane. None: a walk every cycle."""
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
         """Whether ``pending`` gets a reservation, ``held`` having been made in its queue lane this cycle."""

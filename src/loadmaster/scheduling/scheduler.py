@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import math
 import operator
 from collections.abc import Callable, Collection, Hashable
 from typing import Any
@@ -44,7 +45,10 @@ class Scheduler:
     until it starts; and the last cycle's backfill reservations, so that a job
     starts on the GPUs it was promised (see ``actions.promise``); and, for a
     strict FIFO profile, the last cycle that bound nothing, with what it read,
-    so that a cycle that would repeat it returns its result (``repeat``).
+    so that a cycle that would repeat it returns its result (``repeat``); and,
+    where backfill runs periodically (``ReservePlugin.pass_interval_s``), when
+    the next backfill walk is due and whether a cycle since the last one
+    skipped it (:meth:`wake_s` then asks for a cycle at that time).
     """
 
     def __init__(self, profile: Profile) -> None:
@@ -69,6 +73,15 @@ class Scheduler:
         """Lane -> id of the head job committed to in the last cycle (only when ``_commits``)."""
         self._repeats = RepeatCycles() if skips_repeats(profile) else None
         """The last cycle that bound nothing, where the profile's such cycles can be repeated exactly."""
+        reserve = profile.reserve
+        self._pass_interval_s = reserve[0].pass_interval_s if reserve else None
+        self._next_pass_s = -math.inf
+        """When the next backfill walk is due (with ``_pass_interval_s``; -inf: at the next cycle)."""
+        self._pass_owed = False
+        self.skipped_walks = 0
+        """Cycles that skipped the backfill walk, a periodic one not being due (read by benchmarks)."""
+        """A cycle since the last backfill walk skipped it: a cycle is wanted at ``_next_pass_s``."""
+        self._wakers = [p for p in profile.order if p.wakes]
 
     def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         """Decide what to bind now, and say why every other pending job waits.
@@ -107,6 +120,24 @@ class Scheduler:
         return result
 
     @property
+    def wakes(self) -> bool:
+        """Whether a cycle may be wanted with no event (a driver then asks :meth:`wake_s` after each)."""
+        return bool(self._wakers) or self._pass_interval_s is not None
+
+    def wake_s(self, snapshot: ClusterSnapshot, now: float) -> float:
+        """The next time after ``now`` at which a cycle is wanted with no other event (inf: none).
+
+        An order plugin's key that changes with time alone (``OrderPlugin.wake_s``), or a backfill
+        walk that a cycle since the last one skipped, while jobs wait: Slurm runs its backfill
+        every ``bf_interval`` whether or not anything happened, but a walk over an unchanged
+        cluster and queue has nothing new to start, so only an owed walk asks for a cycle.
+        """
+        wake = min((p.wake_s(snapshot, now) for p in self._wakers), default=math.inf)
+        if self._pass_owed and snapshot.pending:
+            wake = min(wake, self._next_pass_s)
+        return wake
+
+    @property
     def skipped_cycles(self) -> int:
         """Cycles answered with the last cycle's result, as repeats of it (see ``repeat``)."""
         return self._repeats.skipped if self._repeats is not None else 0
@@ -128,6 +159,12 @@ class Scheduler:
         session.queue = self._ordered(snapshot.pending, session.ctx)
         if self._commits:
             session.queue = self._heads_first(session.queue)
+        if self._pass_interval_s is not None:
+            session.backfill_walk = now >= self._next_pass_s
+            if session.backfill_walk:
+                self._next_pass_s = now + self._pass_interval_s
+            self._pass_owed = not session.backfill_walk
+            self.skipped_walks += self._pass_owed
         for action in self.profile.actions:
             _ACTIONS[action](session)
         if self._commits:

@@ -89,6 +89,9 @@ class Session:
     """Called with the placements of every bind committed in the cycle (views kept in step)."""
     bound: set[str] = field(default_factory=set)
     """Jobs bound (started or partly placed) in this cycle."""
+    backfill_walk: bool = True
+    """False in a cycle between two periodic backfill walks (``ReservePlugin.pass_interval_s``): the
+    ``backfill`` action then starts jobs in queue order up to each lane's first that cannot start."""
     strict: bool = field(init=False, default=False)
     """True when a job that cannot start blocks its queue."""
     _split: bool = field(init=False, default=False)

@@ -20,7 +20,8 @@ class Kind(IntEnum):
     MIG = 3
     """A MIG event (layout ready, node reboot or return, re-planning); ``index`` is the driver's token."""
     WAKE = 4
-    """A cycle an order plugin asked for (``OrderPlugin.wake_s``: a job crossing a LAS threshold)."""
+    """A cycle the scheduler asked for (``Scheduler.wake_s``: a job crossing a LAS threshold, or a
+    periodic backfill walk that a cycle skipped)."""
 
 
 class EventQueue:

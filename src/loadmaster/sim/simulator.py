@@ -77,7 +77,7 @@ class Simulator:
         self.rng = np.random.default_rng(options.seed)
         self._bind_times: dict[str, list[tuple[float, float]]] = {}
         self._last: CycleResult | None = None
-        self._wakers = [p for p in scheduler.profile.order if p.wakes]
+        self._wakes = scheduler.wakes
         self._wake_at = math.inf
         self._wakes_queued: set[float] = set()
         self.now = math.nan
@@ -131,10 +131,10 @@ class Simulator:
         due = self.events.pop_next() if self.options.cycle_per_event else self.events.pop_due(now)
         for kind, index in due:
             ticked |= self._handle(kind, index, now)
-        if self._wakers and self._stale_wakes_only(due, now):
-            return now  # a wake the plugins no longer ask for (its job was preempted or ended): no cycle
+        if self._wakes and self._stale_wakes_only(due, now):
+            return now  # a wake no longer asked for (its job ended, or the walk it was for ran): no cycle
         self._cycle(now)
-        if self._wakers:
+        if self._wakes:
             self._wake(now)
         if ticked and (self.cluster.running or self._arrivals_left(now)):
             # Decided after the cycle, which may have just started a job; with nothing
@@ -144,7 +144,7 @@ class Simulator:
 
     def _wake(self, now: float) -> None:
         snapshot = self.cluster.snapshot(now)
-        wake = min(p.wake_s(snapshot, now) for p in self._wakers)
+        wake = self.scheduler.wake_s(snapshot, now)
         self._wake_at = wake  # the latest answer rules: an earlier wake still queued is stale
         if now < wake < math.inf and wake not in self._wakes_queued:
             self._wakes_queued.add(wake)

@@ -27,8 +27,11 @@ def run(session: Session) -> None:
         walk(session)
 
 
-def walk(session: Session) -> None:
-    """Place each job of the queue in order, blocking strict lanes at the first job that cannot start."""
+def walk(session: Session, *, blocked_by: str = "strict FIFO") -> None:
+    """Place each job of the queue in order, blocking strict lanes at the first job that cannot start.
+
+    ``blocked_by`` says, in the status of the jobs behind a blocked one, why they were not tried.
+    """
     scoring = Scoring(tuple(session.profile.scores))
     plain = session.strict or session.blocked or session.statuses or session.bound
     if not plain and len(session.queue) >= _RUNS_MIN_QUEUE:
@@ -53,7 +56,7 @@ def walk(session: Session) -> None:
         if strict:
             lane = session.lane(job)
             blocked[lane] = wait(
-                f"queued behind {job_id} in {lane} (strict FIFO); it waits on: {status.reason}", "fifo"
+                f"queued behind {job_id} in {lane} ({blocked_by}); it waits on: {status.reason}", "fifo"
             )
             if session.all_blocked():
                 return

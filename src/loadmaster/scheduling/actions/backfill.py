@@ -18,6 +18,7 @@ from collections.abc import Collection, Hashable, Iterator, Sequence
 
 from loadmaster.model import PendingJob, RunningJob, TaskPlacement
 from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, shape_of, try_place
+from loadmaster.scheduling.actions.allocate import walk as allocate_walk
 from loadmaster.scheduling.actions.promise import keep_promise, start_as_promised
 from loadmaster.scheduling.decisions import Bind, Reserve
 from loadmaster.scheduling.framework import ReservePlugin
@@ -249,7 +250,11 @@ def run(session: Session) -> None:
 
     Starving jobs (past the plugin's starvation threshold) go first, oldest
     first, so that no later job takes what they need; then the queue in order.
+    Between two periodic walks, see :func:`_between_walks`.
     """
+    if not session.backfill_walk:
+        _between_walks(session)
+        return
     walk = _Walk(session)
     if isinstance(session.searches, SearchMemo):
         session.searches.next_cycle()
@@ -265,6 +270,21 @@ def run(session: Session) -> None:
     session.blocked.clear()  # every job now carries its own status from this walk
     session.promised.clear()
     session.promised.update((r.job_id, r) for r in walk.reservations)
+
+
+def _between_walks(session: Session) -> None:
+    """A cycle between two periodic backfill walks: Slurm's main scheduler.
+
+    The queue in order, each lane stopping at its first job that cannot start
+    (the ``strict`` walk of ``allocate``): no job passes a job ahead of it, so
+    none can delay a job ahead, and no reservation is searched. A job ahead of
+    the last walk's reservations may still start and delay them, as in Slurm,
+    where the main scheduler does not read backfill's planned starts. The
+    last walk's promises are kept for the next walk.
+    """
+    session.strict = True
+    interval = session.profile.reserve[0].pass_interval_s
+    allocate_walk(session, blocked_by=f"until the next backfill pass (every {interval:g} s)")
 
 
 def _reserve(

@@ -1,0 +1,179 @@
+"""Periodic backfill (``interval_s``, Slurm's ``bf_interval``): the time it saves, what it costs in metrics.
+
+Each backfilling production profile (``slurm``, ``sds``, ``nsml``, ``learned``)
+runs as shipped (a backfill walk every cycle) and with its walk at most once
+per 30 s of simulated time (Slurm's default ``bf_interval``; ``slurm-periodic``
+ships as such a profile), on two setups:
+
+* ``lab``: the lab demo (160 GPUs, 4,000 jobs, load 0.85), where events come
+  about two minutes apart, so few walks are skipped;
+* ``large``: 1,000 x 8 GPUs, 10,000 jobs at load 1.1 (``job_checksums.py
+  --set large``), where events come seconds apart.
+
+Times are the simulation's CPU seconds, each run ``--rounds`` times, the two
+variants alternating; the ratio is periodic / every cycle, per round, and the
+table gives its median and range. The metrics come from the first round
+(runs are deterministic: every round's job table is checked to be the same).
+Issue 19 asks for this option's effect on the metrics to be reported; it sets
+no target for it, so the results file has none.
+
+    python benchmarks/periodic_backfill.py                 # about 20 CPU minutes
+    python benchmarks/periodic_backfill.py --quick         # 600 jobs each: a smoke run, prints only
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from loadmaster.config import load_cluster, load_profiles, load_workload
+from loadmaster.metrics.summary import summarize
+from loadmaster.model import JobTable
+from loadmaster.scheduling import Profile, Scheduler
+from loadmaster.sim import SimOptions, simulate
+from results_io import provenance, write_results
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results" / "periodic_backfill.json"
+INTERVAL_S = 30.0
+PROFILES = ("slurm", "sds", "nsml", "learned")
+SETUPS = {"lab": ("lab", 4000, None), "large": ("large", 10_000, 1.1)}
+"""Setup -> (cluster and workload name, jobs, load; None: the workload's own, 0.85 for lab)."""
+METRICS = ("mean_bounded_slowdown", "mean_wait_s", "p99_wait_s", "max_wait_s", "allocation_mean")
+
+
+def periodic(profile: Profile, interval_s: float) -> Profile:
+    """``profile`` with its backfill walk at most once per ``interval_s`` (a copy: the shipped one stays)."""
+    changed = copy.deepcopy(profile)
+    changed.reserve[0].pass_interval_s = interval_s
+    return changed
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    cpu_s: float
+    cycles: int
+    skipped_walks: int
+    jobs: JobTable
+    metrics: dict[str, float]
+
+
+def run_once(profile: Profile, setup: str, jobs_override: int | None) -> Run:
+    name, jobs, load = SETUPS[setup]
+    cluster = load_cluster(name)
+    workload = load_workload(name, cluster, jobs=jobs_override or jobs, load=load)
+    scheduler = Scheduler(profile)
+    started = time.process_time()
+    result = simulate(cluster.nodes, scheduler, workload.jobs, SimOptions())
+    cpu = time.process_time() - started
+    summary = summarize(result.jobs, result.timeline)
+    metrics = {m: float(getattr(summary, m)) for m in METRICS}
+    return Run(cpu, len(result.timeline.time_s), scheduler.skipped_walks, result.jobs, metrics)
+
+
+def same_jobs(a: JobTable, b: JobTable) -> bool:
+    return all(
+        np.array_equal(getattr(a, f), getattr(b, f), equal_nan=getattr(a, f).dtype.kind == "f")
+        for f in ("start_s", "end_s", "node_names")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--profiles", default=",".join(PROFILES))
+    parser.add_argument("--setups", default=",".join(SETUPS))
+    parser.add_argument("--quick", action="store_true", help="600 jobs per run, one round; prints only")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    source = provenance(ROOT)
+    shipped = load_profiles()
+    names = args.profiles.split(",")
+    setups = args.setups.split(",")
+    rounds = 1 if args.quick else args.rounds
+    jobs_override = 600 if args.quick else None
+    total, done = len(names) * len(setups) * rounds * 2, 0
+    rows: list[dict[str, object]] = []
+    for setup in setups:
+        for name in names:
+            variants = {"every cycle": shipped[name], "periodic": periodic(shipped[name], INTERVAL_S)}
+            runs: dict[str, list[Run]] = {v: [] for v in variants}
+            for _ in range(rounds):
+                for variant, profile in variants.items():
+                    run = run_once(profile, setup, jobs_override)
+                    if runs[variant]:
+                        first = runs[variant][0].jobs
+                        assert same_jobs(run.jobs, first), f"{setup} {name}: not deterministic"
+                    runs[variant].append(run)
+                    done += 1
+                    print(f"[{done}/{total}] {setup} {name} {variant}: {run.cpu_s:.1f} s CPU", flush=True)
+            rows.append(_row(setup, name, runs))
+    _print(rows)
+    if args.quick and args.out is None:
+        return
+    write_results(
+        args.out or RESULTS,
+        ROOT,
+        {
+            "benchmark": "periodic_backfill",
+            "command": "python benchmarks/periodic_backfill.py" + (" --quick" if args.quick else ""),
+            "interval_s": INTERVAL_S,
+            "rounds": rounds,
+            "setups": {k: {"cluster": v[0], "jobs": v[1], "load": v[2]} for k, v in SETUPS.items()},
+            "targets": {},
+            "note": "issue 19 asks for the option's effect on the metrics to be reported and sets no target",
+            "rows": rows,
+        },
+        source,
+    )
+
+
+def _row(setup: str, name: str, runs: dict[str, list[Run]]) -> dict[str, object]:
+    every, per = runs["every cycle"], runs["periodic"]
+    ratios = [p.cpu_s / e.cpu_s for e, p in zip(every, per, strict=True)]
+    return {
+        "setup": setup,
+        "profile": name,
+        "cycles": every[0].cycles,
+        "walks_skipped": per[0].skipped_walks,
+        "cpu_s_every_cycle": [round(r.cpu_s, 2) for r in every],
+        "cpu_s_periodic": [round(r.cpu_s, 2) for r in per],
+        "cpu_ratio_median": round(statistics.median(ratios), 3),
+        "cpu_ratio_range": [round(min(ratios), 3), round(max(ratios), 3)],
+        "metrics_every_cycle": every[0].metrics,
+        "metrics_periodic": per[0].metrics,
+    }
+
+
+def _change(after: float, before: float) -> str:
+    return f"{(after / before - 1) * 100:+.1f}%" if before else "-"
+
+
+def _print(rows: list[dict[str, object]]) -> None:
+    print(
+        f"\n{'setup':6} {'profile':8} {'walks skipped':>16} {'CPU ratio (range)':>20} "
+        f"{'bsld':>15} {'change':>7} {'mean wait s':>15} {'p99 wait s':>17} {'max wait s':>19}"
+    )
+    for row in rows:
+        e, p = row["metrics_every_cycle"], row["metrics_periodic"]
+        assert isinstance(e, dict) and isinstance(p, dict)
+        lo, hi = row["cpu_ratio_range"]  # type: ignore[misc]
+        print(
+            f"{row['setup']:6} {row['profile']:8} {row['walks_skipped']:>7}/{row['cycles']:<8} "
+            f"{row['cpu_ratio_median']:>7.3f} ({lo:.2f}-{hi:.2f}) "
+            f"{e['mean_bounded_slowdown']:>7.3f}>{p['mean_bounded_slowdown']:<7.3f} "
+            f"{_change(p['mean_bounded_slowdown'], e['mean_bounded_slowdown']):>7} "
+            f"{e['mean_wait_s']:>7.0f}>{p['mean_wait_s']:<7.0f} "
+            f"{e['p99_wait_s']:>8.0f}>{p['p99_wait_s']:<8.0f} "
+            f"{e['max_wait_s']:>9.0f}>{p['max_wait_s']:<9.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
