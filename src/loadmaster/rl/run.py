@@ -119,7 +119,7 @@ def plot_curve(logs: list[UpdateLog], loads: list[float], path: Path) -> None:
         if kept:
             xs, ys = zip(*kept, strict=True)
             ax.plot(xs, ys, marker=".", label=label)
-    _finish(fig, ax, "mean bounded slowdown (training episodes)", "Learned scheduler: learning curve", path)
+    _finish(fig, ax, "mean bounded slowdown", "Learned scheduler: learning curve", path)
 
 
 def _finish(fig: Figure, ax: Axes, ylabel: str, title: str, path: Path) -> None:
