@@ -44,11 +44,13 @@ Targets (issue 24, item 2), each with and without backfilling, over the counted 
 * ``ahead_on_average``: the mean of learned's advantages is above zero.
 
     python benchmarks/rl_generalisation.py [--seeds 10000-10004] [--jobs 1024] [--loads 0.9,1.1]
-        [--workers 2] [--families a,b] [--sequences 10] [--quick]
+        [--workers 2] [--families a,b] [--sequences 10] [--lab-checkpoint lab] [--quick]
 
 Prints a table and writes benchmarks/results/rl_generalisation.json and rl_generalisation.png
 (``--quick``: one family, one load, one seed, 256 jobs and two sequences, written under the
-system's temporary folder unless ``--out`` says where).
+system's temporary folder unless ``--out`` says where). ``--lab-checkpoint`` names another
+checkpoint for the lab rows (a shipped name or a ``.npz`` path; ``lab-family`` was trained on the
+``lab`` training family, docs/learned.md); ``--sequences 0`` leaves the SWF rows out.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ import dataclasses
 import functools
 import math
 import platform
+import resource
 import statistics
 import tempfile
 import time
@@ -193,14 +196,14 @@ class ClairvoyantOrder(KeyedOrder):
         self.commits_head = commit
 
 
-def lab_profiles(backfill: bool) -> dict[str, Profile]:
-    """Every policy of a lab row in one mode: learned (checkpoint ``lab``), the heuristics, the
+def lab_profiles(backfill: bool, checkpoint: str = "lab") -> dict[str, Profile]:
+    """Every policy of a lab row in one mode: learned (``checkpoint``), the heuristics, the
     clairvoyant orders (to be shown exact limits)."""
     actions = ["allocate", "backfill"] if backfill else ["allocate"]
     tail = [PluginSpec("gang", {}), PluginSpec("binpack", {})]
     if backfill:
         tail.append(PluginSpec("backfill", {"mode": "easy"}))
-    out = {"learned": learned_profile("learned", "lab", backfill=backfill)}
+    out = {"learned": learned_profile("learned", checkpoint, backfill=backfill)}
     for name, plugin in HEURISTICS.items():
         order = PluginSpec(plugin, {"strict": backfill})
         out[name] = build_profile(name, actions, [order, *tail], source="rl_generalisation")
@@ -220,21 +223,21 @@ def swf_profiles(backfill: bool) -> dict[str, Profile]:
     return out
 
 
-LabTask = tuple[str, float, int, int]
-"""(family, load, seed, jobs)."""
+LabTask = tuple[str, float, int, int, str]
+"""(family, load, seed, jobs, checkpoint of the learned order)."""
 SwfTask = tuple[str, int, int]
 """(SWF row, first job of the sequence, jobs)."""
 
 
 def lab_task(task: LabTask) -> list[Measured]:
     """Every policy in both modes on one sampled lab workload: a worker's task."""
-    family, load, seed, jobs = task
+    family, load, seed, jobs, learned = task
     cluster = load_cluster("lab")
     sample = load_workload(LAB_FAMILIES[family].spec, cluster, jobs=jobs, load=load, seed=seed).jobs
     exact = exact_limits(sample)
     out = []
     for backfill in MODES:
-        for name, profile in lab_profiles(backfill).items():
+        for name, profile in lab_profiles(backfill, learned).items():
             given = exact if name in CLAIRVOYANT else sample
             result = simulate(cluster.nodes, Scheduler(profile), given, SimOptions(seed=seed))
             bsld = summarize(result.jobs, result.timeline).mean_bounded_slowdown
@@ -279,14 +282,14 @@ def swf_task(task: SwfTask) -> list[Measured]:
 
 
 def run_task(task: LabTask | SwfTask) -> list[Measured]:
-    """A lab task (four fields) or an SWF task (three)."""
-    return lab_task(task) if len(task) == 4 else swf_task(task)
+    """A lab task (five fields) or an SWF task (three)."""
+    return lab_task(task) if len(task) == 5 else swf_task(task)
 
 
-def checkpoint(workload: str, backfill: bool) -> str:
-    """The shipped checkpoint that a test workload's learned row runs."""
+def checkpoint(workload: str, backfill: bool, lab: str = "lab") -> str:
+    """The checkpoint that a test workload's learned row runs (``lab``: the lab rows')."""
     if workload.split("@", maxsplit=1)[0] in LAB_FAMILIES:
-        return "lab"
+        return lab
     return rlscheduler.SHIPPED_CHECKPOINTS[backfill]
 
 
@@ -302,7 +305,7 @@ def describe(workload: str) -> str:
     return LAB_FAMILIES[workload.split("@", maxsplit=1)[0]].differs
 
 
-def summarise(measured: Sequence[Measured]) -> list[dict[str, object]]:
+def summarise(measured: Sequence[Measured], lab: str = "lab") -> list[dict[str, object]]:
     """One row per test workload and mode: means, the best heuristic, learned's advantage over it
     (on the means; per seed or sequence, with the half-width of a 95% interval of their mean), the
     best clairvoyant order and the share of headroom."""
@@ -329,7 +332,7 @@ def summarise(measured: Sequence[Measured]) -> list[dict[str, object]]:
                     "workload": workload,
                     "what": describe(workload),
                     "backfill": backfill,
-                    "checkpoint": checkpoint(workload, backfill),
+                    "checkpoint": checkpoint(workload, backfill, lab),
                     "counted": counted(workload),
                     "units": units,
                     "mean_bounded_slowdown": means,
@@ -422,6 +425,12 @@ def plot(rows: Sequence[Mapping[str, object]], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its finished worker processes (user and system)."""
+    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+
 def main() -> None:
     parser = lab_cells.parser(__doc__, seeds="10000-10004", loads=LOADS, out=RESULTS)
     parser.add_argument("--families", default=",".join(LAB_FAMILIES), help="lab families, comma-separated")
@@ -429,6 +438,9 @@ def main() -> None:
         "--sequences", type=int, default=len(rlscheduler.SEQUENCE_STARTS), help="SWF sequences"
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: one family, load, seed; 256 jobs")
+    parser.add_argument(
+        "--lab-checkpoint", default="lab", help="checkpoint of the lab rows: a shipped name or a .npz path"
+    )
     args = parser.parse_args()
     swf_jobs = rlscheduler.SEQUENCE_JOBS
     swf_rows = list(SWF_ROWS)
@@ -450,11 +462,13 @@ def main() -> None:
     source = provenance(ROOT)
     starts = rlscheduler.SEQUENCE_STARTS[: args.sequences]
     todo: list[LabTask | SwfTask] = [
-        (family, load, seed, args.jobs) for family in families for load, seed, _ in lab_cells.cells(args)
+        (family, load, seed, args.jobs, args.lab_checkpoint)
+        for family in families
+        for load, seed, _ in lab_cells.cells(args)
     ]
     todo += [(row, start, swf_jobs) for row in swf_rows for start in starts]
-    started = time.perf_counter()
-    rows = summarise(lab_cells.simulate(run_task, todo, args.workers))
+    started, cpu = time.perf_counter(), cpu_seconds()
+    rows = summarise(lab_cells.simulate(run_task, todo, args.workers), args.lab_checkpoint)
     print_table(rows)
     checks = targets(rows)
     print_targets(checks)
@@ -466,6 +480,7 @@ def main() -> None:
         if args.quick
         else lab_cells.command("rl_generalisation.py", args)
         + f" --families {','.join(families)} --sequences {args.sequences}"
+        + ("" if args.lab_checkpoint == "lab" else f" --lab-checkpoint {args.lab_checkpoint}")
     )
     result = {
         "benchmark": "rl_generalisation",
@@ -486,12 +501,13 @@ def main() -> None:
             "rows": swf_rows,
         },
         "checkpoints": {
-            "lab families": "lab",
+            "lab families": args.lab_checkpoint,
             "SWF, no backfilling": "lublin",
             "SWF, backfilling": "lublin-backfill",
         },
         "left_out": LEFT_OUT,
         "wall_s": round(time.perf_counter() - started, 1),
+        "cpu_s": round(cpu_seconds() - cpu, 1),
         "table": rows,
         "figure": figure.name,
         "targets": checks,

@@ -33,7 +33,7 @@ def bench() -> ModuleType:
 @pytest.fixture(scope="module")
 def measured(bench: ModuleType) -> list[object]:
     return [
-        *bench.lab_task(("heldout-wide", 1.1, 10000, 48)),
+        *bench.lab_task(("heldout-wide", 1.1, 10000, 48, "lab")),
         *bench.swf_task(("lublin-aaroh@1.1", 1981, 48)),
         *bench.swf_task(("lublin-1 (in-family)", 1981, 48)),
     ]
@@ -119,3 +119,12 @@ def test_arrivals_compressed_to_the_asked_load(bench: ModuleType) -> None:
     assert math.isclose(work / ((max(submit) - min(submit)) * 256), 1.1)
     assert [t.duration_s for t in scaled] == [t.duration_s for t in jobs]
     assert submit == sorted(submit)
+
+
+def test_the_lab_rows_name_the_checkpoint_asked_for(bench: ModuleType, measured: list[object]) -> None:
+    rows = bench.summarise(measured, "lab-family")
+    ckpt = {(r["workload"], r["backfill"]): r["checkpoint"] for r in rows}
+    assert ckpt["heldout-wide@1.1", True] == "lab-family"
+    assert ckpt["lublin-aaroh@1.1", True] == "lublin-backfill"
+    profile = bench.lab_profiles(True, "lab-family")["learned"]
+    assert profile.order[0].policy.meta["train"]["family"] == "lab"  # type: ignore[attr-defined]

@@ -116,13 +116,27 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
     steps: Annotated[int, typer.Option(help="Decisions with a real choice per update")] = 2048,
     seed: Annotated[int, typer.Option(help="Seed of torch, the episodes and the minibatches")] = 0,
     jobs: Annotated[int, typer.Option(help="Jobs per training episode")] = 256,
-    loads: Annotated[str, typer.Option(help="Training loads, one environment each")] = "0.9,1.1",
+    loads: Annotated[
+        str | None, typer.Option(help="Training loads, one environment each (default 0.9,1.1)")
+    ] = None,
     fairness_weight: Annotated[
         float, typer.Option(help="Weight of the max-wait penalty (learned-fair)")
     ] = 0.0,
     warm_start: Annotated[str, typer.Option(help="Heuristic imitated first: sjf, fifo or none")] = "sjf",
     cluster: Annotated[str, typer.Option(help="Cluster spec file or built-in")] = "lab",
     workload: Annotated[str, typer.Option(help="Workload spec file or built-in")] = "lab",
+    family: Annotated[
+        str | None,
+        typer.Option(
+            help="Draw every episode's load and workload parameters from this family (lab) "
+            "instead of --workload at --loads"
+        ),
+    ] = None,
+    validation: Annotated[
+        int,
+        typer.Option(help="Validation windows per check; the best check is the policy (0: the last update)"),
+    ] = 0,
+    validate_every: Annotated[int, typer.Option(help="Updates between validation checks")] = 1,
     every: Annotated[int, typer.Option(help="Write a checkpoint every this many updates")] = 10,
     ray: Annotated[
         str | None,
@@ -135,12 +149,19 @@ def train(  # noqa: PLR0917 - typer maps each option to a parameter
         from loadmaster.rl.run import train_to  # noqa: PLC0415
     except ModuleNotFoundError as err:
         raise _torch_missing("train") from err
+    if family is not None and (loads is not None or workload != "lab"):
+        raise ConfigError(
+            "--family", "--family", "a family draws the loads and the workload: drop --loads/--workload"
+        )
     env = EnvConfig(
         cluster=cluster, workload=workload, jobs=jobs, fairness_weight=fairness_weight, allow_wait=False
     )
     config = TrainConfig(
         env=env,
-        loads=_floats(loads, "--loads"),
+        loads=_floats(loads or "0.9,1.1", "--loads"),
+        family=family,
+        validation=validation,
+        validate_every=validate_every,
         seed=seed,
         updates=updates,
         steps=steps,

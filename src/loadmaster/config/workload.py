@@ -34,6 +34,7 @@ pool: interactive             # optional: every job to this pool (its MIG settin
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -125,28 +126,35 @@ def load_workload(
     jobs: int | None = None,
     load: float | None = None,
     seed: int | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> Workload:
     """Generate the workload of a built-in name or a spec file for ``cluster``.
 
-    ``jobs``, ``load`` and ``seed`` override the file's values when given.
+    ``jobs``, ``load`` and ``seed`` override the file's values when given; ``params`` overrides
+    single fields of the file's ``params`` (a ``lab`` spec only: a training family varies the
+    model this way, :mod:`loadmaster.rl.family`).
     """
     doc = find_document("workloads", name_or_path, BUILTIN_WORKLOADS)
     kind = doc.data.get("kind", "lab") if isinstance(doc.data, dict) else "lab"
     if kind == "trace":
+        if params:
+            raise ConfigError(doc.source, "params", "a trace workload has no model parameters to override")
         spec_trace = validate(TraceWorkloadSpec, doc)
         return _replayed(doc, spec_trace, cluster, name=doc.source, jobs=jobs, load=load, seed=seed)
     if kind != "lab":
         raise doc.error(["kind"], f"Input should be 'lab' or 'trace' (got {kind!r})")
     spec = validate(WorkloadSpec, doc)
-    overrides = {"jobs": jobs, "load": load, "seed": seed}
+    overrides: dict[str, object] = {"jobs": jobs, "load": load, "seed": seed}
+    if params:
+        overrides["params"] = {**spec.params, **params}
     spec = spec.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     targets = [_target(doc, cluster, pool, share) for pool, share in spec.pools.items()]
-    params = _params(doc, spec)
+    model = _params(doc, spec)
     try:
         if any(share.share is None for share in spec.pools.values()):
-            targets = _balanced(params, targets, spec)
+            targets = _balanced(model, targets, spec)
         traces = sample_lab_workload(
-            params, targets, n_jobs=spec.jobs, load=spec.load, rng=np.random.default_rng(spec.seed)
+            model, targets, n_jobs=spec.jobs, load=spec.load, rng=np.random.default_rng(spec.seed)
         )
     except ModelError as exc:
         raise ConfigError(doc.source, "", str(exc)) from None

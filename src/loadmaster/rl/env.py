@@ -21,6 +21,7 @@ from gymnasium import spaces
 from loadmaster.config import load_cluster, load_workload
 from loadmaster.errors import ConfigError
 from loadmaster.model import ClusterSnapshot, Job, TraceJob
+from loadmaster.rl.family import FamilyPoint, family
 from loadmaster.scheduling import Bind, CycleResult, PluginSpec, Scheduler, build_profile
 from loadmaster.scheduling.observe import (
     FEATURE_CAP,
@@ -88,6 +89,9 @@ class EnvConfig:
     allow_wait: bool = True
     """Offer the wait action while some job can start (False: the agent must start one, as the
     ``learned`` plugin with lax allocation does; wait stays valid when nothing fits)."""
+    family: str | None = None
+    """A training family (:mod:`loadmaster.rl.family`): each episode draws its load and workload
+    parameters from it, and ``workload`` and ``load`` are not used."""
 
     def __post_init__(self) -> None:
         positive = {
@@ -104,6 +108,8 @@ class EnvConfig:
                 raise ConfigError("EnvConfig", name, f"must be > 0, got {value}")
         if not self.fairness_weight >= 0:
             raise ConfigError("EnvConfig", "fairness_weight", f"must be >= 0, got {self.fairness_weight}")
+        if self.family is not None:
+            family(self.family)
 
     @property
     def observation(self) -> ObservationSpec:
@@ -223,6 +229,10 @@ class SchedulingEnv(gym.Env[Obs, np.int64]):
             }
         )
         self.traces: list[TraceJob] = []
+        self.load = self.config.load
+        """The offered load of the current episode (drawn from ``config.family`` if one is set)."""
+        self.point: FamilyPoint | None = None
+        """The current episode's draw of ``config.family`` (None without a family)."""
         self.starts: list[tuple[str, float]] = []
         """(job id, start time) of the jobs started in the episode, in the order the agent started them."""
         self._sim: Simulator | None = None
@@ -235,12 +245,15 @@ class SchedulingEnv(gym.Env[Obs, np.int64]):
     ) -> tuple[Obs, dict[str, Any]]:
         super().reset(seed=seed)
         workload_seed = int(self.np_random.integers(2**31 - 1))
+        if self.config.family is None:
+            name, load, params = self.config.workload, self.config.load, None
+        else:
+            drawn = family(self.config.family)
+            self.point = drawn.draw(self.np_random)
+            name, load, params = drawn.workload, self.point.load, self.point.params()
+        self.load = load
         workload = load_workload(
-            self.config.workload,
-            self.cluster,
-            jobs=self.config.jobs,
-            load=self.config.load,
-            seed=workload_seed,
+            name, self.cluster, jobs=self.config.jobs, load=load, seed=workload_seed, params=params
         )
         self.traces = workload.jobs
         self._duration = {t.job.id: t.duration_s for t in self.traces}

@@ -32,6 +32,7 @@ from loadmaster.errors import ConfigError
 from loadmaster.parallel import ActorGroup, LocalActors, RayActors
 from loadmaster.rl.agent import Agent, Batch, prepare
 from loadmaster.rl.env import EnvConfig, SchedulingEnv
+from loadmaster.rl.family import family, validation_seed
 
 Teacher = Literal["none", "sjf", "fifo"]
 
@@ -43,7 +44,17 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=lambda: EnvConfig(jobs=256, allow_wait=False))
     """Episode settings; ``env.load`` is replaced by each of ``loads``."""
     loads: tuple[float, ...] = (0.9, 1.1)
-    """One environment per load; updates draw decisions from all of them."""
+    """One environment per load; updates draw decisions from all of them (not used with ``family``)."""
+    family: str | None = None
+    """A training family (:mod:`loadmaster.rl.family`): ``FAMILY_ENVIRONMENTS`` environments whose
+    every episode draws its own load and workload parameters, instead of one per load."""
+    validation: int = 0
+    """Validation windows played greedily at each check (0: none, the last update is the policy);
+    with them the policy is the check with the lowest mean bounded slowdown (the warm start counts
+    as update 0). With a family they draw from its validation stream, else from the training loads
+    in turn, with seeds of a stream of their own."""
+    validate_every: int = 1
+    """Updates between validation checks (the last update is always checked)."""
     seed: int = 0
     updates: int = 60
     steps: int = 2048
@@ -65,12 +76,16 @@ class TrainConfig:
     """Decisions of behaviour cloning in the warm start."""
 
     def __post_init__(self) -> None:
-        for name in ("updates", "steps", "epochs", "minibatch", "hidden"):
+        for name in ("updates", "steps", "epochs", "minibatch", "hidden", "validate_every"):
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError("TrainConfig", name, f"must be >= 1, got {value}")
         if not self.loads or any(not load > 0 for load in self.loads):
             raise ConfigError("TrainConfig", "loads", f"need one or more loads > 0, got {self.loads}")
+        if self.validation < 0:
+            raise ConfigError("TrainConfig", "validation", f"must be >= 0, got {self.validation}")
+        if self.family is not None:
+            family(self.family)
         if self.warm_start not in ("none", "sjf", "fifo"):
             raise ConfigError("TrainConfig", "warm_start", f"one of none, sjf, fifo; got {self.warm_start!r}")
 
@@ -90,6 +105,8 @@ class UpdateLog:
     entropy: float
     approx_kl: float
     elapsed_s: float
+    validation_bsld: float = float("nan")
+    """Mean bounded slowdown of the greedy policy on the validation windows (NaN: not checked)."""
 
 
 @dataclass
@@ -249,21 +266,65 @@ def teacher_action(
     return int(valid[0])
 
 
+FAMILY_ENVIRONMENTS = 2
+"""Environments of a family run (as many as the shipped ``lab`` run's loads): each plays episodes
+back to back, every one drawn afresh from the family."""
+
+
+def training_envs(config: TrainConfig) -> list[EnvConfig]:
+    """The training environments' settings: one per load, or ``FAMILY_ENVIRONMENTS`` of a family."""
+    if config.family is not None:
+        return [dataclasses.replace(config.env, family=config.family)] * FAMILY_ENVIRONMENTS
+    return [dataclasses.replace(config.env, load=load) for load in config.loads]
+
+
+def validation_env(config: TrainConfig, index: int) -> EnvConfig:
+    """The settings of the ``index``-th validation window (its seed: :func:`validation_seed`)."""
+    if config.family is not None:
+        return dataclasses.replace(config.env, family=config.family)
+    return dataclasses.replace(config.env, load=config.loads[index % len(config.loads)])
+
+
 def train(
-    config: TrainConfig, on_update: Callable[[UpdateLog, Agent], None] | None = None, ray: str | None = None
+    config: TrainConfig,
+    on_update: Callable[[UpdateLog, Agent], None] | None = None,
+    ray: str | None = None,
+    on_start: Callable[[float], None] | None = None,
 ) -> Agent:
-    """Train an agent; ``on_update`` sees each update's log and the agent (for checkpoints).
-    ``ray`` (``auto``, ``local`` or an address) runs each environment in a Ray actor: the same result."""
+    """Train an agent; ``on_update`` sees each update's log and the agent (for checkpoints),
+    ``on_start`` the starting network's validation score (with ``config.validation``).
+    ``ray`` (``auto``, ``local`` or an address) runs each environment in a Ray actor: the same result.
+    Returns the last update's agent, or with validation the best-validated one."""
     torch.manual_seed(config.seed)
     torch.set_num_threads(1)
     rng = np.random.default_rng(config.seed)
-    configs = [dataclasses.replace(config.env, load=load) for load in config.loads]
+    configs = training_envs(config)
     seeds = [int(rng.integers(2**31 - 1)) for _ in configs]
     fleet = _Fleet(configs, seeds, ray)
     try:
-        return _train(config, on_update, rng, fleet)
+        return _train(config, on_update, rng, fleet, on_start)
     finally:
         fleet.group.close()
+
+
+def validate(agent: Agent, config: TrainConfig) -> float:
+    """Mean bounded slowdown of the greedy policy (the best-scored valid job each decision) over
+    ``config.validation`` windows; the same windows at every check."""
+    scores = []
+    with torch.no_grad():
+        for index in range(config.validation):
+            env = SchedulingEnv(validation_env(config, index))
+            obs, info = env.reset(seed=validation_seed(index))
+            view = _View(env.load, obs, info["action_mask"])
+            total, done = 0.0, False
+            while not done:
+                action = int(torch.argmax(agent.logits(_batch_of_one(view))[0]))
+                view.obs, reward, terminated, truncated, info = env.step(action)
+                view.mask = info["action_mask"]
+                total += float(reward)
+                done = terminated or truncated
+            scores.append(-total)
+    return float(np.mean(scores))
 
 
 def _train(
@@ -271,17 +332,29 @@ def _train(
     on_update: Callable[[UpdateLog, Agent], None] | None,
     rng: np.random.Generator,
     fleet: _Fleet,
+    on_start: Callable[[float], None] | None,
 ) -> Agent:
     runners = fleet.views
     agent = Agent(config.env.observation, hidden=config.hidden)
     optimizer = torch.optim.Adam(agent.parameters(), lr=config.lr)
     if config.warm_start != "none":
         _warm_start(agent, optimizer, fleet, config)
+    best: tuple[float, dict[str, torch.Tensor]] | None = None
+    if config.validation:
+        best = (validate(agent, config), _copy(agent))
+        if on_start is not None:
+            on_start(best[0])
     started = time.perf_counter()
     for update in range(1, config.updates + 1):
         rollout = _collect(agent, fleet, config.steps, rng)
         losses = _optimise(agent, optimizer, rollout, config, rng)
-        by_load = {r.load: float(np.mean(r.finished)) for r in runners if r.finished}
+        score = float("nan")
+        if best is not None and (update % config.validate_every == 0 or update == config.updates):
+            score = validate(agent, config)
+            if score < best[0]:
+                best = (score, _copy(agent))
+        # A family's environments have no fixed load: its curve has no per-load columns.
+        by_load = {} if config.family else {r.load: float(np.mean(r.finished)) for r in runners if r.finished}
         finished = [x for r in runners for x in r.finished]
         log = UpdateLog(
             update=update,
@@ -294,12 +367,19 @@ def _train(
             entropy=losses[2],
             approx_kl=losses[3],
             elapsed_s=time.perf_counter() - started,
+            validation_bsld=score,
         )
         for r in runners:
             r.finished.clear()
         if on_update is not None:
             on_update(log, agent)
+    if best is not None:
+        agent.load_state_dict(best[1])
     return agent
+
+
+def _copy(agent: Agent) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in agent.state_dict().items()}
 
 
 def _warm_start(agent: Agent, optimizer: torch.optim.Optimizer, fleet: _Fleet, config: TrainConfig) -> None:

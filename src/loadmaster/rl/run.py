@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,7 @@ CURVE_COLUMNS = (
     "entropy",
     "approx_kl",
     "elapsed_s",
+    "validation_bsld",
 )
 
 
@@ -62,14 +64,16 @@ def train_to(
     ray: str | None = None,
 ) -> Path:
     """Train and write the run into ``out_dir``; returns the final checkpoint's path (``ray``: the
-    environments in Ray actors, see :func:`loadmaster.rl.ppo.train`)."""
+    environments in Ray actors, see :func:`loadmaster.rl.ppo.train`). The final checkpoint is the
+    last update's, or with ``config.validation`` the best-validated update's; its meta records the
+    update, the wall and the CPU seconds of training."""
     (out_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     record = config_record(config)
     (out_dir / "config.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     meta = {"train": record, "command": command}
     logs: list[UpdateLog] = []
     curve = out_dir / "curve.csv"
-    loads = sorted(config.loads)
+    loads = [] if config.family else sorted(config.loads)
     with curve.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow([*CURVE_COLUMNS, *(f"mean_bsld_load_{x:g}" for x in loads)])
@@ -85,25 +89,37 @@ def train_to(
             if on_update is not None:
                 on_update(log)
 
-        started = time.perf_counter()
-        agent = train(config, record_update, ray=ray)
+        started, cpu = time.perf_counter(), time.process_time()
+        start: list[float] = []
+        agent = train(config, record_update, ray=ray, on_start=start.append)
         seconds = round(time.perf_counter() - started, 1)
+        cpu_seconds = round(time.process_time() - cpu, 1)
+    best = config.updates
+    if start:
+        # The starting network (update 0) is kept unless a check validated strictly better.
+        scores = [(start[0], 0)] + [(log.validation_bsld, log.update) for log in logs]
+        best = min((item for item in scores if item[0] == item[0]), key=lambda item: item[0])[1]
     final = out_dir / "policy.npz"
     with final.open("wb") as out:
-        agent.save(out, {**meta, "update": config.updates, "train_seconds": seconds})
+        agent.save(out, {**meta, "update": best, "train_seconds": seconds, "train_cpu_seconds": cpu_seconds})
     plot_curve(logs, loads, out_dir / "curve.png")
     return final
 
 
 def plot_curve(logs: list[UpdateLog], loads: list[float], path: Path) -> None:
-    """Mean bounded slowdown of the training episodes per update, one line per load."""
+    """Mean bounded slowdown of the training episodes per update, one line per load (all of them
+    together where there are no loads: a family), and of the validation windows where checked."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    for load in loads:
-        points = [(log.update, log.mean_bsld_by_load[load]) for log in logs if load in log.mean_bsld_by_load]
-        if points:
-            xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker=".", label=f"load {load:g}")
-    _finish(fig, ax, "mean bounded slowdown (training episodes)", "Learned scheduler: learning curve", path)
+    lines = {f"load {x:g}": [(g.update, g.mean_bsld_by_load.get(x, math.nan)) for g in logs] for x in loads}
+    if not loads:
+        lines["training episodes"] = [(g.update, g.mean_bsld) for g in logs]
+    lines["greedy, validation windows"] = [(g.update, g.validation_bsld) for g in logs]
+    for label, points in lines.items():
+        kept = [(x, y) for x, y in points if not math.isnan(y)]
+        if kept:
+            xs, ys = zip(*kept, strict=True)
+            ax.plot(xs, ys, marker=".", label=label)
+    _finish(fig, ax, "mean bounded slowdown", "Learned scheduler: learning curve", path)
 
 
 def _finish(fig: Figure, ax: Axes, ylabel: str, title: str, path: Path) -> None:

@@ -47,6 +47,7 @@ JOB_INPUTS = ("gpus", "log_limit_h", "log_wait", "log_wait_over_limit", "log_are
 BUILTIN = {
     "lab": "learned-lab.npz",
     "lab-fair": "learned-lab-fair.npz",
+    "lab-family": "learned-lab-family.npz",
     "lublin": "learned-lublin.npz",
     "lublin-backfill": "learned-lublin-backfill.npz",
 }
