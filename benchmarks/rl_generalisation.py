@@ -400,7 +400,7 @@ def print_table(rows: Sequence[Mapping[str, object]]) -> None:
     print("* in-family reference (the training trace's evaluation sequences): not counted")
 
 
-def plot(rows: Sequence[Mapping[str, object]], path: Path) -> None:
+def plot(rows: Sequence[Mapping[str, object]], path: Path, lab_checkpoint: str = "lab") -> None:
     """Learned's advantage over the best heuristic per test workload, with and without backfill."""
     names = list(dict.fromkeys(str(r["workload"]) for r in rows))
     fig = Figure(figsize=(9.0, 0.45 * len(names) + 1.8), layout="constrained")
@@ -420,7 +420,12 @@ def plot(rows: Sequence[Mapping[str, object]], path: Path) -> None:
     ax.set_yticks([k + height / 2 for k in range(len(names))], labels)
     ax.invert_yaxis()
     ax.set_xlabel("learned ahead of the best of FCFS, SJF and F1 (% of its mean bounded slowdown)")
-    ax.set_title("Shipped learned orders on held-out workloads")
+    shipped = lab_checkpoint == "lab"
+    ax.set_title(
+        "Shipped learned orders on held-out workloads"
+        if shipped
+        else f"Checkpoint {lab_checkpoint} (lab rows) on held-out workloads"
+    )
     fig.legend(loc="outside lower center", ncols=3, fontsize=8)
     fig.savefig(path, dpi=110)
 
@@ -474,7 +479,7 @@ def main() -> None:
     print_targets(checks)
     figure = args.out.with_suffix(".png")
     figure.parent.mkdir(parents=True, exist_ok=True)
-    plot(rows, figure)
+    plot(rows, figure, args.lab_checkpoint)
     command = (
         "python benchmarks/rl_generalisation.py --quick"
         if args.quick
