@@ -21,6 +21,10 @@ no target for it, so the results file has none.
 
     python benchmarks/periodic_backfill.py                 # about 40 CPU minutes
     python benchmarks/periodic_backfill.py --quick         # 600 jobs each: a smoke run, prints only
+    python benchmarks/periodic_backfill.py --setups large --jobs 10000 --rounds 1   # prints only
+
+Only the default run writes benchmarks/results/periodic_backfill.json; a quick or partial
+run prints, unless ``--out`` is given.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +97,7 @@ def main() -> None:
     parser.add_argument("--profiles", default=",".join(PROFILES))
     parser.add_argument("--setups", default=",".join(SETUPS))
     parser.add_argument("--quick", action="store_true", help="600 jobs per run, one round; prints only")
+    parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default: each setup's)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     source = provenance(ROOT)
@@ -99,7 +105,8 @@ def main() -> None:
     names = args.profiles.split(",")
     setups = args.setups.split(",")
     rounds = 1 if args.quick else args.rounds
-    jobs_override = 600 if args.quick else None
+    jobs_override = 600 if args.quick else args.jobs
+    full = not args.quick and args.jobs is None and names == list(PROFILES) and setups == list(SETUPS)
     total, done = len(names) * len(setups) * rounds * 2, 0
     rows: list[dict[str, object]] = []
     for setup in setups:
@@ -117,14 +124,14 @@ def main() -> None:
                     print(f"[{done}/{total}] {setup} {name} {variant}: {run.cpu_s:.1f} s CPU", flush=True)
             rows.append(_row(setup, name, runs))
     _print(rows)
-    if args.quick and args.out is None:
+    if not full and args.out is None:
         return
     write_results(
         args.out or RESULTS,
         ROOT,
         {
             "benchmark": "periodic_backfill",
-            "command": "python benchmarks/periodic_backfill.py" + (" --quick" if args.quick else ""),
+            "command": " ".join(["python benchmarks/periodic_backfill.py", *sys.argv[1:]]),
             "interval_s": INTERVAL_S,
             "rounds": rounds,
             "setups": {k: {"cluster": v[0], "jobs": v[1], "load": v[2]} for k, v in SETUPS.items()},
