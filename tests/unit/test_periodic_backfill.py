@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from builders import a_cluster, a_job, a_snapshot, by_id, profile, trace
-from loadmaster.config import load_cluster, load_profiles, load_workload
+from loadmaster.config import load_cluster, load_profile_with_args, load_profiles, load_workload
 from loadmaster.errors import ConfigError
 from loadmaster.model import TraceJob
 from loadmaster.scheduling import Profile, Scheduler
+from loadmaster.scheduling.plugins.backfill import Backfill
 from loadmaster.sim import SimOptions, simulate
 
 
@@ -73,16 +74,13 @@ def test_a_cycle_between_walks_says_why_later_jobs_wait_and_when_it_wants_a_cycl
 def test_an_interval_shorter_than_any_gap_between_cycles_changes_nothing(name: str) -> None:
     """Every cycle is then a walk: the job table is the reference one, job for job."""
     shipped = load_profiles()[name]
-    reserve = shipped.reserve[0]
-    assert reserve.pass_interval_s is None
+    assert shipped.reserve[0].pass_interval_s is None
+    changed = load_profile_with_args(name, {"backfill": {"interval_s": 1e-9}})
+    assert changed.reserve[0].pass_interval_s == 1e-9
     cluster = load_cluster("lab")
     jobs = load_workload("lab", cluster, jobs=300, load=1.1).jobs
     reference = simulate(cluster.nodes, Scheduler(shipped), jobs, SimOptions()).jobs
-    reserve.pass_interval_s = 1e-9
-    try:
-        tiny = simulate(cluster.nodes, Scheduler(shipped), jobs, SimOptions()).jobs
-    finally:
-        reserve.pass_interval_s = None
+    tiny = simulate(cluster.nodes, Scheduler(changed), jobs, SimOptions()).jobs
     for column in dataclasses.fields(reference):
         got, want = getattr(tiny, column.name), getattr(reference, column.name)
         assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), column.name
@@ -92,6 +90,27 @@ def test_slurm_periodic_is_slurm_with_bf_interval_30() -> None:
     profiles = load_profiles()
     assert profiles["slurm-periodic"].reserve[0].pass_interval_s == 30.0
     assert profiles["slurm"].reserve[0].pass_interval_s is None
+
+
+def test_a_profile_built_with_an_interval_agrees_in_every_view() -> None:
+    """The plugin's settings and what it hands the scheduler come from the same arguments; the
+    shipped profile keeps its own."""
+    changed = load_profile_with_args("slurm", {"backfill": {"interval_s": 30}})
+    backfill = changed.reserve[0]
+    assert isinstance(backfill, Backfill)
+    assert backfill.settings.interval_s == backfill.pass_interval_s == 30.0
+    assert backfill.settings.mode == "conservative" and backfill.settings.depth == 8  # the file's own
+    shipped = load_profiles()["slurm"].reserve[0]
+    assert isinstance(shipped, Backfill) and shipped.settings.interval_s is None
+
+
+def test_changed_arguments_are_checked_as_a_file_s_are() -> None:
+    with pytest.raises(ConfigError, match="interval_s"):
+        load_profile_with_args("slurm", {"backfill": {"interval_s": -1}})
+    with pytest.raises(ConfigError, match="no plugin 'backfill'"):
+        load_profile_with_args("fifo", {"backfill": {"interval_s": 30}})
+    with pytest.raises(ConfigError, match="unknown profile"):
+        load_profile_with_args("no-such-profile", {})
 
 
 @pytest.mark.parametrize("bad", [0, -5, math.inf])

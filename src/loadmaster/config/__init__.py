@@ -1,7 +1,12 @@
 """Loading cluster, profile and workload files; every error names the file, line and field."""
 
 from loadmaster.config.cluster import BUILTIN_CLUSTERS, Cluster, load_cluster
-from loadmaster.config.profiles import BUILTIN_PROFILES, load_profiles, select_profiles
+from loadmaster.config.profiles import (
+    BUILTIN_PROFILES,
+    load_profile_with_args,
+    load_profiles,
+    select_profiles,
+)
 from loadmaster.config.workload import BUILTIN_WORKLOADS, Workload, load_trace_workload, load_workload
 
 __all__ = [
@@ -11,6 +16,7 @@ __all__ = [
     "Cluster",
     "Workload",
     "load_cluster",
+    "load_profile_with_args",
     "load_profiles",
     "load_trace_workload",
     "load_workload",

@@ -17,6 +17,8 @@ and optional ``weight`` (for score plugins).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from loadmaster.config.yamlfile import YamlDocument, find_document, validate
@@ -63,17 +65,50 @@ def load_profiles(name_or_path: str = BUILTIN_PROFILES) -> dict[str, Profile]:
 def profiles_from_document(doc: YamlDocument) -> dict[str, Profile]:
     """Validate every profile of a parsed profiles file."""
     spec = validate(ProfilesFile, doc)
-    built: dict[str, Profile] = {}
-    for name, entry in spec.profiles.items():
-        plugins = [
-            PluginSpec(p, {}) if isinstance(p, str) else PluginSpec(p.name, p.args, p.weight)
-            for p in entry.plugins
-        ]
-        try:
-            built[name] = build_profile(name, entry.actions, plugins, doc.source)
-        except ConfigError as exc:
-            raise doc.error(_path_of(exc.field), exc.detail) from None
-    return built
+    return {name: _build(doc, name, entry, {}) for name, entry in spec.profiles.items()}
+
+
+def load_profile_with_args(
+    name: str,
+    plugin_args: Mapping[str, Mapping[str, object]],
+    name_or_path: str = BUILTIN_PROFILES,
+) -> Profile:
+    """Profile ``name`` of a file (or of the built-in set) with ``plugin_args`` merged over its plugins' own.
+
+    ``plugin_args`` maps a plugin of the profile to the arguments that change
+    (``{"backfill": {"interval_s": 30}}``). The profile is then validated and
+    built as if the file said so, rather than changed after it is built, so
+    that every view of it agrees: a plugin's settings and what it hands the
+    scheduler come from the same arguments, and a bad value names its field.
+    """
+    doc = find_document("profiles", name_or_path, (BUILTIN_PROFILES,))
+    spec = validate(ProfilesFile, doc)
+    entry = spec.profiles.get(name)
+    if entry is None:
+        raise ConfigError(
+            doc.source, "profiles", f"unknown profile {name!r}; available: {', '.join(spec.profiles)}"
+        )
+    listed = {p if isinstance(p, str) else p.name for p in entry.plugins}
+    for plugin in plugin_args:
+        if plugin not in listed:
+            raise doc.error(["profiles", name, "plugins"], f"profile {name!r} has no plugin {plugin!r}")
+    return _build(doc, name, entry, plugin_args)
+
+
+def _build(
+    doc: YamlDocument, name: str, entry: ProfileEntry, changes: Mapping[str, Mapping[str, object]]
+) -> Profile:
+    """Profile ``name`` of ``doc``, ``changes`` merged into its plugins' arguments; errors name their line."""
+    plugins = [
+        PluginSpec(p, dict(changes.get(p, {})))
+        if isinstance(p, str)
+        else PluginSpec(p.name, {**p.args, **changes.get(p.name, {})}, p.weight)
+        for p in entry.plugins
+    ]
+    try:
+        return build_profile(name, entry.actions, plugins, doc.source)
+    except ConfigError as exc:
+        raise doc.error(_path_of(exc.field), exc.detail) from None
 
 
 def _path_of(field: str) -> list[str | int]:
