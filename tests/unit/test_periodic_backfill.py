@@ -13,6 +13,7 @@ from loadmaster.config import load_cluster, load_profile_with_args, load_profile
 from loadmaster.errors import ConfigError
 from loadmaster.model import TraceJob
 from loadmaster.scheduling import Profile, Scheduler
+from loadmaster.scheduling.actions import backfill as backfill_action
 from loadmaster.scheduling.plugins.backfill import Backfill
 from loadmaster.sim import SimOptions, simulate
 
@@ -68,6 +69,23 @@ def test_a_cycle_between_walks_says_why_later_jobs_wait_and_when_it_wants_a_cycl
     assert scheduler.wake_s(second, 5.0) == 31.0
     again = scheduler.cycle(second, 31.0, rng)
     assert [b.job_id for b in again.binds] == ["small"]
+
+
+def test_a_cycle_between_walks_walks_strictly_and_leaves_the_session_as_the_profile_says() -> None:
+    """Between walks even a non-strict profile's lane stops at its first job that cannot start; the
+    session's own ``strict`` (the profile's) is not changed for it."""
+    cluster = a_cluster().nodes(1, gpus=8).build()
+    r, wide, small = (t.job for t in _jobs())
+    periodic = {"backfill": {"interval_s": 30.0}}
+    scheduler = Scheduler(profile("fifo", "gang", "first-fit", "backfill", strict=False, args=periodic))
+    snapshot = a_snapshot(cluster).running(r, "n0", since=0.0).pending(wide, small).build()
+    session = scheduler._session(snapshot, 5.0, np.random.default_rng(0), snapshot.pending, snapshot.queues())
+    session.queue = list(snapshot.pending)
+    session.backfill_walk = False
+    backfill_action.run(session)
+    assert session.strict is False
+    assert not session.decisions
+    assert "until the next backfill pass (every 30 s)" in session.blocked["default"].reason
 
 
 @pytest.mark.parametrize("name", ["sds", "slurm", "nsml"])

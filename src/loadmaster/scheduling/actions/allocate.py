@@ -27,19 +27,22 @@ def run(session: Session) -> None:
         walk(session)
 
 
-def walk(session: Session, *, blocked_by: str = "strict FIFO") -> None:
+def walk(session: Session, *, blocked_by: str = "strict FIFO", strict: bool | None = None) -> None:
     """Place each job of the queue in order, blocking strict lanes at the first job that cannot start.
 
     ``blocked_by`` says, in the status of the jobs behind a blocked one, why they were not tried.
+    ``strict``: block every lane at its first job that cannot start (True) or none (False), for
+    this walk only; None: as the profile's order plugins say (``Session.strict``, never changed).
     """
     scoring = Scoring(tuple(session.profile.scores))
-    plain = session.strict or session.blocked or session.statuses or session.bound
+    strict = session.strict if strict is None else strict
+    plain = strict or session.blocked or session.statuses or session.bound
     if not plain and len(session.queue) >= _RUNS_MIN_QUEUE:
         _walk_runs(session, scoring)
         return
     # Locals, not attributes: this loop visits every waiting job of every cycle (tens of thousands
     # of visits per cycle in an overloaded queue), and most visits end in a memo lookup.
-    statuses, bound, blocked, strict = session.statuses, session.bound, session.blocked, session.strict
+    statuses, bound, blocked = session.statuses, session.bound, session.blocked
     admission = session.admission
     for pending in session.queue:
         job = pending.job

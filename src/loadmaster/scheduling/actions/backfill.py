@@ -282,9 +282,8 @@ def _between_walks(session: Session) -> None:
     where the main scheduler does not read backfill's planned starts. The
     last walk's promises are kept for the next walk.
     """
-    session.strict = True
     interval = session.profile.reserve[0].pass_interval_s
-    allocate_walk(session, blocked_by=f"until the next backfill pass (every {interval:g} s)")
+    allocate_walk(session, blocked_by=f"until the next backfill pass (every {interval:g} s)", strict=True)
 
 
 def _reserve(
