@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
+from kube.helpers import Clock, a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.cli.logs import LogFormat, LogLevel, configure
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
@@ -131,6 +131,39 @@ def test_a_failed_bind_is_counted_under_the_error_status(api: KubeApiDouble, clu
     assert found[(count, (*bind, ("status", "Error")))] == 1
     assert found[(count, (*bind, ("status", "Success")))] == 2
     assert len(api.bindings) == 2
+
+
+@pytest.mark.parametrize(("profile", "skips"), [("binpack", False), ("slurm-periodic", True)])
+def test_a_cycle_that_skips_its_periodic_backfill_walk_is_counted_and_logged(
+    api: KubeApiDouble, clock: Clock, caplog: Any, profile: str, skips: bool
+) -> None:
+    """With ``interval_s`` (slurm-periodic: 30 s), a cycle within 30 s of the last walk skips it:
+    counted in ``loadmaster_backfill_walks_skipped_total`` and logged at debug level; a cycle 30 s
+    later walks again. The default profile (binpack) has no periodic walk: nothing counted."""
+    api.create("nodes", a_node("n0"))
+    api.create("pods", a_pod("a", 8))
+    api.create("pods", a_pod("b", 8))  # waits for "a": a cycle runs at every step
+    client = api_client(host=api.url)  # type: ignore[attr-defined]
+    lease = LeaderElector(client, "a", namespace="loadmaster", clock=clock, monotonic=clock)
+    cluster = KubeCluster(client, Scheduler(load_profiles()[profile]), "a", lease=lease, clock=clock)
+    cluster.start()
+    metrics = SchedulerMetrics(profile)
+    series = ("loadmaster_backfill_walks_skipped_total", (("profile", profile),))
+    counted: list[float] = []
+    try:
+        with caplog.at_level(logging.DEBUG, logger="loadmaster.kube.cluster"):
+            for seconds in (0.0, 1.0, 30.0):  # a walk, one skipped 1 s later, a walk when due
+                clock.now += seconds
+                wait_synced(cluster, api.rv)
+                run_loop(cluster, interval_s=0, max_steps=1, metrics=metrics)
+                counted.append(samples(metrics.exposition().decode()).get(series, 0.0))
+    finally:
+        cluster.stop()
+    assert counted == ([0.0, 1.0, 1.0] if skips else [0.0, 0.0, 0.0])
+    assert cluster.stats.counts["walks_skipped"] == int(skips)
+    logged = [r for r in caplog.records if r.getMessage().startswith("backfill walk skipped")]
+    assert len(logged) == int(skips)
+    assert all(r.levelno == logging.DEBUG and r.walks_skipped == 1 for r in logged)  # type: ignore[attr-defined]
 
 
 def test_a_stuck_loop_fails_liveness_and_a_lost_lease_fails_readiness() -> None:

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from builders import a_cluster, a_job, a_snapshot, bind_of, nodes_of, profile
 from loadmaster.cli.kube import scheduler_profiles
 from loadmaster.errors import ConfigError
-from loadmaster.kube.profiles import ProfileScheduler
+from loadmaster.kube.profiles import ProfileScheduler, skipped_walks
 from loadmaster.model import Job
 from loadmaster.scheduling import Scheduler
 
@@ -78,3 +78,27 @@ def test_scheduler_name_options(options: list[str], expected: dict[str, str]) ->
 def test_bad_scheduler_name_options_say_what_is_allowed(options: list[str], why: str) -> None:
     with pytest.raises(ConfigError, match=why):
         scheduler_profiles(options, "fair")
+
+
+def test_skipped_backfill_walks_are_counted_over_every_profile() -> None:
+    """A periodic backfill walk skipped by any profile counts; a profile without one adds nothing."""
+    periodic = ("fifo", "gang", "first-fit", "backfill")
+    args = {"backfill": {"interval_s": 30.0}}
+    several = ProfileScheduler(
+        {
+            "strict": Scheduler(profile("fifo", "gang", "binpack")),
+            "periodic": Scheduler(profile(*periodic, args=args)),
+        }
+    )
+    table = a_cluster().nodes(1, gpus=8).build()
+    jobs = [named(a_job("w").gpus(16).build(), "periodic"), named(a_job("s").gpus(16).build(), "strict")]
+    snapshot = a_snapshot(table).pending(*jobs).build()
+    rng = np.random.default_rng(0)
+    for now in (0.0, 1.0, 2.0):  # a walk, then two cycles within its interval
+        several.cycle(snapshot, now, rng)
+    assert skipped_walks(several) == 2
+    alone = ProfileScheduler({"periodic": Scheduler(profile(*periodic, args=args))})
+    for now in (0.0, 1.0):  # one profile: its scheduler runs the cycle itself
+        alone.cycle(a_snapshot(table).pending(jobs[0]).build(), now, rng)
+    assert skipped_walks(alone) == 1
+    assert skipped_walks(Scheduler(profile("fifo", "gang", "binpack"))) == 0

@@ -57,6 +57,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import PODGROUP_API, REQUEST_TIMEOUT_S, ApiFailure, Event, Informer, LeaderElector
+from loadmaster.kube.profiles import skipped_walks
 from loadmaster.kube.semantics import kube_scheduler, scheduler_names
 from loadmaster.kube.state import KubeState, View, drain
 from loadmaster.model import Job, NodeTable
@@ -107,6 +108,9 @@ class StepReport:
     """The snapshot the cycle ran on (None when it did not run): what the metrics count pods in."""
     algorithm_s: float = 0.0
     """Seconds ``Scheduler.cycle`` took."""
+    walks_skipped: int = 0
+    """Profiles whose cycle skipped its backfill walk, the walk's ``interval_s`` not having passed
+    since the last one (jobs then start in queue order only)."""
 
 
 @dataclass
@@ -121,7 +125,8 @@ class Stats:
 
     counts: Counter[str] = field(default_factory=Counter)
     """binds, bind_failures, evictions, eviction_failures, rollbacks, deletes, api_errors, fenced,
-    cycles, and ``attempts_<result>`` (scheduled, unschedulable) per job examined."""
+    cycles, walks_skipped (periodic backfill walks not yet due), and ``attempts_<result>``
+    (scheduled, unschedulable) per job examined."""
     listeners: list[Callable[[str, float], None]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -251,9 +256,18 @@ class KubeCluster:
         if rolling:
             pending = tuple(p for p in view.snapshot.pending if p.job.id not in rolling)
             view.snapshot = replace(view.snapshot, pending=pending)
+        skipped = skipped_walks(self.scheduler)
         algorithm_started = time.perf_counter()
         result = self.scheduler.cycle(view.snapshot, self.clock(), self.rng)
         report.algorithm_s = time.perf_counter() - algorithm_started
+        report.walks_skipped = skipped_walks(self.scheduler) - skipped
+        if report.walks_skipped:
+            self.stats.add("walks_skipped", report.walks_skipped)
+            log.debug(
+                "backfill walk skipped: its interval has not passed since the last walk; "
+                "jobs start in queue order only",
+                extra={"walks_skipped": report.walks_skipped, "pending": len(view.snapshot.pending)},
+            )
         report.result, report.view = result, view
         self._explain(view, result, report)
         _plan(view, result, report)

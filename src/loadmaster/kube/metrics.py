@@ -24,6 +24,8 @@ series                                                  type       labels
 ``loadmaster_informer_staleness_seconds``               gauge      ``resource``: since the informer last
                                                                    heard from the API server
 ``loadmaster_gang_rollbacks_total``                     counter    ``profile``
+``loadmaster_backfill_walks_skipped_total``             counter    ``profile``: cycles whose backfill
+                                                                   walk was not due (``interval_s``)
 ``process_*``                                           (process)  resident memory, CPU, open files
 ======================================================  =========  =======================================
 
@@ -140,6 +142,13 @@ class SchedulerMetrics:
             "loadmaster_gang_rollbacks", "Gangs whose bind failed part-way and were rolled back.",
             ["profile"], registry=r,
         )  # fmt: skip
+        self.walks_skipped = Counter(
+            "loadmaster_backfill_walks_skipped",
+            "Cycles that skipped their backfill walk, its interval_s not having passed since the last one "
+            "(jobs then start in queue order only).",
+            ["profile"],
+            registry=r,
+        )
         ProcessCollector(registry=r)
         for queue in ("active", "backoff", "unschedulable", "gated"):
             self.pending.labels(queue).set(0)
@@ -166,7 +175,8 @@ class SchedulerMetrics:
             self.staleness.labels(resource).set(value)
 
     def observe_cycle(self, report: StepReport, binds: Mapping[str, bool]) -> None:
-        """One step that ran the scheduler: attempts by result, pending pods by queue, preemptions.
+        """One step that ran the scheduler: attempts by result, pending pods by queue, preemptions,
+        rollbacks, and a skipped periodic backfill walk.
 
         ``binds`` maps each pod key the step tried to bind to whether the API accepted it.
         Pods of jobs the view kept from the cycle (``View.incomplete``) were
@@ -201,6 +211,8 @@ class SchedulerMetrics:
             self.preemption_victims.observe(len(report.evicted))
         for _ in report.rolled_back:
             self.rollbacks.labels(self.profile).inc()
+        if report.walks_skipped:
+            self.walks_skipped.labels(self.profile).inc(report.walks_skipped)
 
     def exposition(self) -> bytes:
         """The text exposition of every series (what ``/metrics`` answers)."""

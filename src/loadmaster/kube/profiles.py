@@ -75,6 +75,16 @@ class ProfileScheduler(Scheduler):
         return CycleResult(tuple(decisions), statuses)
 
 
+def skipped_walks(scheduler: Scheduler) -> int:
+    """Cycles that skipped a periodic backfill walk (``interval_s`` not yet passed), over every profile.
+
+    A :class:`ProfileScheduler` runs its profiles' schedulers, not its own cycle: their counts.
+    """
+    if isinstance(scheduler, ProfileScheduler):
+        return sum(s.skipped_walks for s in scheduler.schedulers.values())
+    return scheduler.skipped_walks
+
+
 def _snapshot_of(
     snapshot: ClusterSnapshot,
     state: WorkingState,
