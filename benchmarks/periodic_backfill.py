@@ -24,15 +24,22 @@ no target for it, so the results file has none.
     python benchmarks/periodic_backfill.py --setups large --jobs 10000 --rounds 1   # prints only
 
 Only the default run writes benchmarks/results/periodic_backfill.json; a quick or partial
-run prints, unless ``--out`` is given.
+run prints, unless ``--out`` is given. With the results goes a figure beside them
+(periodic_backfill.png): per profile and setup, the CPU-time ratio and the change in
+mean bounded slowdown. ``--plot-only`` redraws it from a results file (``--out``, or the
+committed one) without running anything:
+
+    python benchmarks/periodic_backfill.py --plot-only
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +59,11 @@ PROFILES = ("slurm", "sds", "nsml", "learned")
 SETUPS = {"lab": ("lab", 4000, None), "large": ("large", 20_000, 1.1)}
 """Setup -> (cluster and workload name, jobs, load; None: the workload's own, 0.85 for lab)."""
 METRICS = ("mean_bounded_slowdown", "mean_wait_s", "p99_wait_s", "max_wait_s", "allocation_mean")
+SETUP_LABELS = {
+    "lab": "lab demo (160 GPUs, 4,000 jobs, load 0.85)",
+    "large": "1,000 x 8 GPUs, 20,000 jobs, load 1.1",
+}
+"""Each setup as the figure's legend names it (docs/plugins/backfill.md's table says the same)."""
 
 
 def periodic(name: str, interval_s: float) -> Profile:
@@ -97,7 +109,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="600 jobs per run, one round; prints only")
     parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default: each setup's)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--plot-only",
+        action="store_true",
+        help="redraw the figure from the results file (--out, or the committed one); run nothing",
+    )
     args = parser.parse_args()
+    if args.plot_only:
+        results = args.out or RESULTS
+        figure = results.with_suffix(".png")
+        written = json.loads(results.read_text())
+        plot(written["rows"], figure, written["interval_s"])
+        print(f"wrote {figure}")
+        return
     source = provenance(ROOT)
     shipped = load_profiles()
     names = args.profiles.split(",")
@@ -139,6 +163,7 @@ def main() -> None:
         },
         source,
     )
+    plot(rows, (args.out or RESULTS).with_suffix(".png"), INTERVAL_S)
 
 
 def _row(setup: str, name: str, runs: dict[str, list[Run]]) -> dict[str, object]:
@@ -157,6 +182,56 @@ def _row(setup: str, name: str, runs: dict[str, list[Run]]) -> dict[str, object]
         "metrics_every_cycle": every[0].metrics,
         "metrics_periodic": per[0].metrics,
     }
+
+
+def plot(rows: Sequence[Mapping[str, object]], path: Path, interval_s: float = INTERVAL_S) -> None:
+    """Per profile and setup: the CPU-time ratio (median, range over the rounds) and the change in
+    mean bounded slowdown, periodic against a walk every cycle."""
+    import matplotlib  # noqa: PLC0415 - only for the figure
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    profiles = list(dict.fromkeys(str(r["profile"]) for r in rows))
+    setups = list(dict.fromkeys(str(r["setup"]) for r in rows))
+    by_cell = {(str(r["setup"]), str(r["profile"])): r for r in rows}
+    fig, (cpu_ax, bsld_ax) = plt.subplots(
+        1, 2, figsize=(10, 0.5 * len(profiles) * len(setups) + 2.2), sharey=True
+    )
+    height = 0.8 / len(setups)
+    for i, setup in enumerate(setups):
+        cells = [by_cell.get((setup, p)) for p in profiles]
+        at = [k + i * height for k, c in enumerate(cells) if c is not None]
+        shown = [c for c in cells if c is not None]
+        ratios = [float(c["cpu_ratio_median"]) for c in shown]  # type: ignore[arg-type]
+        ranges = [c["cpu_ratio_range"] for c in shown]
+        spread = [
+            [m - float(r[0]) for m, r in zip(ratios, ranges, strict=True)],  # type: ignore[index]
+            [float(r[1]) - m for m, r in zip(ratios, ranges, strict=True)],  # type: ignore[index]
+        ]
+        label = SETUP_LABELS.get(setup, setup)
+        cpu_ax.barh(at, ratios, height=height, xerr=spread, capsize=3, label=label, color=f"C{i}")
+        changes = [100 * (_bsld(c, "metrics_periodic") / _bsld(c, "metrics_every_cycle") - 1) for c in shown]
+        bsld_ax.barh(at, changes, height=height, color=f"C{i}")
+    cpu_ax.axvline(1.0, color="black", linestyle="--", linewidth=0.8)
+    bsld_ax.axvline(0.0, color="black", linewidth=0.8)
+    cpu_ax.set_yticks([k + (len(setups) - 1) * height / 2 for k in range(len(profiles))], profiles)
+    cpu_ax.invert_yaxis()
+    cpu_ax.set_xlabel("simulation CPU time, periodic / every cycle\n(median and range over the rounds)")
+    bsld_ax.set_xlabel("mean bounded slowdown, periodic against every cycle (%)\n(lower is better)")
+    fig.suptitle(
+        f"Backfill walk at most every {interval_s:g} s of time (interval_s) against a walk every cycle"
+    )
+    fig.legend(*cpu_ax.get_legend_handles_labels(), loc="lower center", ncols=len(setups), fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _bsld(row: Mapping[str, object], variant: str) -> float:
+    metrics = row[variant]
+    assert isinstance(metrics, Mapping)
+    return float(metrics["mean_bounded_slowdown"])
 
 
 def _change(after: float, before: float) -> str:
