@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -12,6 +13,12 @@ import numpy.typing as npt
 from loadmaster.model.job import PendingJob, RunningJob
 from loadmaster.model.node import NodeTable
 from loadmaster.model.resources import MILLI_PER_GPU
+
+# map() with attribute getters: C loops over every running and waiting job (thousands on a large
+# cluster), where comprehensions step through Python for each.
+_JOB = operator.attrgetter("job")
+_USER = operator.attrgetter("user")
+_GROUP = operator.attrgetter("group")
 
 
 class MigView(Protocol):
@@ -63,6 +70,9 @@ class ClusterSnapshot:
     pending: Collection[PendingJob]
     pending_queues: frozenset[str] | None = None
     """Names of the queues that hold pending jobs, when the driver tracks them (else computed)."""
+    active_owners: tuple[frozenset[str], frozenset[str]] | None = None
+    """The users and the groups with a job running or pending, when the driver counts them as
+    jobs come and go (else computed from ``running`` and ``pending``; see :meth:`owners`)."""
 
     usage_gpu_s: Mapping[str, float] = field(default_factory=dict)
     """Past GPU-seconds with half-life decay, keyed ``user/<name>`` and ``group/<name>`` (fair share)."""
@@ -86,6 +96,13 @@ class ClusterSnapshot:
         if self.pending_queues is not None:
             return self.pending_queues
         return frozenset(p.job.queue for p in self.pending)
+
+    def owners(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The users and the groups with a job running or pending."""
+        if self.active_owners is not None:
+            return self.active_owners
+        jobs = [*map(_JOB, self.running), *map(_JOB, self.pending)]
+        return frozenset(map(_USER, jobs)), frozenset(map(_GROUP, jobs))
 
     @classmethod
     def empty(cls, nodes: NodeTable, pending: Collection[PendingJob] = ()) -> ClusterSnapshot:

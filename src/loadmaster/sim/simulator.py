@@ -201,7 +201,7 @@ class Simulator:
         if running is None or running.start_s + self._left_s(index) != now:
             return  # the run this event was for was preempted
         self.cluster.service.pop(trace.job.id, None)
-        del self.cluster.running[trace.job.id]
+        self.cluster.stop(trace.job.id)
         self._release(running)
         self.cluster.account(running, now, finished=True)
         self.log.end[index] = now
@@ -236,7 +236,7 @@ class Simulator:
         GPUs); False when it is not running. It is not requeued, as a Kubernetes eviction of a job's
         pods ends it unless its owner (or a controller) submits it again; a cycle gives its GPUs to the
         queue at once."""
-        running = self.cluster.running.pop(job_id, None)
+        running = self.cluster.stop(job_id)
         if running is None:
             return False
         self.cluster.service.pop(job_id, None)
@@ -255,7 +255,9 @@ class Simulator:
         self._preempt(Preempt(job_id, reason), now)
 
     def _preempt(self, preempt: Preempt, now: float) -> None:
-        running = self.cluster.running.pop(preempt.job_id)
+        running = self.cluster.stop(preempt.job_id)
+        if running is None:
+            raise KeyError(f"preempt: {preempt.job_id} is not running")
         self._release(running)
         index = self.index[preempt.job_id]
         gpu_s = self.cluster.account(running, now, finished=False)
@@ -286,7 +288,7 @@ class Simulator:
 
     def _start(self, job: Job, placements: tuple[TaskPlacement, ...], now: float) -> None:
         index = self.index[job.id]
-        self.cluster.running[job.id] = RunningJob(job, placements, now)
+        self.cluster.start(RunningJob(job, placements, now))
         self.log.start[index] = now
         self.log.mig_milli[index] = sum(p.mig.milli for p in placements if p.mig is not None)
         nodes = sorted({p.node for p in placements})

@@ -15,7 +15,6 @@ and size by weights alone, which is why Slurm sites use it.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
@@ -107,22 +106,15 @@ def fairshare_factors(
 def cycle_factors(ctx: CycleContext, shares: Mapping[str, float]) -> CycleFactors:
     """Fair-share factors of every user and group with running or pending jobs, and the cluster's GPUs."""
     snapshot = ctx.snapshot
-    # map() with attribute getters: C loops over every running and waiting job of every cycle
-    # (thousands on a large cluster), where comprehensions step through Python for each.
-    jobs = [*map(_JOB, snapshot.running), *map(_JOB, snapshot.pending)]
+    users, groups = snapshot.owners()
     # Decayed once per key for the cycle (the snapshot's view decays on every access), in the
     # view's own order: the same values summed in the same order.
     usage = dict(snapshot.usage_gpu_s.items())
     return CycleFactors(
         cluster_gpus=float(snapshot.nodes.total_gpus),
-        user_fairshare=fairshare_factors("user", set(map(_USER, jobs)), usage, shares),
-        group_fairshare=fairshare_factors("group", set(map(_GROUP, jobs)), usage, shares),
+        user_fairshare=fairshare_factors("user", users, usage, shares),
+        group_fairshare=fairshare_factors("group", groups, usage, shares),
     )
-
-
-_JOB = operator.attrgetter("job")
-_USER = operator.attrgetter("user")
-_GROUP = operator.attrgetter("group")
 
 
 class Multifactor(OrderPlugin):
