@@ -10,6 +10,7 @@ simulation carried out, with its time.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -380,6 +381,13 @@ def bind_of(result: CycleResult, job_id: str) -> Bind | None:
 def nodes_of(cluster: NodeTable, bind: Bind) -> list[str]:
     """Names of the nodes a Bind uses, one entry per task."""
     return [cluster.nodes[p.node].name for p in bind.placements]
+
+
+def assert_same_tables(got: JobTable, want: JobTable) -> None:
+    """Every column of two job tables equal, job for job (NaN equal to NaN in float columns)."""
+    for column in dataclasses.fields(want):
+        mine, theirs = getattr(got, column.name), getattr(want, column.name)
+        assert np.array_equal(mine, theirs, equal_nan=theirs.dtype.kind == "f"), column.name
 
 
 def by_id(table: JobTable, column: str) -> dict[str, Any]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from builders import a_cluster, a_job, a_snapshot, by_id, profile, trace
+from builders import a_cluster, a_job, a_snapshot, assert_same_tables, by_id, profile, trace
 from loadmaster.config import load_cluster, load_profile_with_args, load_profiles, load_workload
 from loadmaster.errors import ConfigError
 from loadmaster.model import TraceJob
@@ -99,9 +98,7 @@ def test_an_interval_shorter_than_any_gap_between_cycles_changes_nothing(name: s
     jobs = load_workload("lab", cluster, jobs=300, load=1.1).jobs
     reference = simulate(cluster.nodes, Scheduler(shipped), jobs, SimOptions()).jobs
     tiny = simulate(cluster.nodes, Scheduler(changed), jobs, SimOptions()).jobs
-    for column in dataclasses.fields(reference):
-        got, want = getattr(tiny, column.name), getattr(reference, column.name)
-        assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), column.name
+    assert_same_tables(tiny, reference)
 
 
 def test_slurm_periodic_is_slurm_with_bf_interval_30() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from loadmaster.model import TaskPlacement
@@ -45,16 +45,25 @@ class CycleResult:
     Jobs examined in the cycle have their own status in ``statuses``. Jobs
     behind a blocked head of a strict queue were not examined: ``blocked``
     maps the queue's lane (``Profile.lane``) to the status they all share.
+    A backfill walk that tries at most so many jobs (Slurm's ``bf_max_job_test``)
+    gives every job it did not try (not in ``tested``) the status ``untested``.
     """
 
     decisions: tuple[Decision, ...]
     statuses: Mapping[str, Status] = field(default_factory=dict)
     blocked: Mapping[str, Status] = field(default_factory=dict)
+    untested: Status | None = None
+    tested: Collection[str] = frozenset()
+    """The jobs tried or bound, where ``untested`` is set (the others waited untried)."""
 
     def status_of(self, job_id: str, lane: str) -> Status | None:
         """Why ``job_id`` (in queue lane ``lane``, see ``Profile.lane``) still waits; None if it was bound."""
         found = self.statuses.get(job_id)
-        return found if found is not None else self.blocked.get(lane)
+        if found is None:
+            found = self.blocked.get(lane)
+            if found is None and self.untested is not None and job_id not in self.tested:
+                return self.untested
+        return found
 
     @property
     def binds(self) -> tuple[Bind, ...]:

@@ -90,13 +90,16 @@ class OrderPlugin(Plugin):
         where one key per call costs too much on a queue of thousands; the keys must be equal."""
         return [self.order_key(job, ctx) for job in jobs]
 
-    def order_prefixes(self, jobs: Sequence[Job], ctx: CycleContext) -> list[tuple[float | str, ...]] | None:
+    def order_prefixes(
+        self, jobs: Sequence[Job], ctx: CycleContext
+    ) -> list[tuple[float | str, ...]] | FloatArray | None:
         """``order_key`` of each job less its last two parts, for a plugin whose every key ends with
         the job's ``(submit_s, id)``; None otherwise (the default).
 
         Such keys order a queue that is already in submission order by the prefix alone, with ties
         left in place (a stable sort): the framework then sorts short keys, and a plugin may give
-        equal prefixes as one shared tuple (per owner, say) rather than a new tuple per job.
+        equal prefixes as one shared tuple (per owner, say) rather than a new tuple per job. A
+        prefix of one float (no NaN) may come as one array for all jobs, sorted in one C call.
         """
         return None
 
@@ -265,6 +268,9 @@ class ReservePlugin(Plugin):
     pass_interval_s: float | None = None
     """Least time between two backfill walks (Slurm's ``bf_interval``); the cycles in between start
     jobs in queue order up to the first that cannot start in each lane. None: a walk every cycle."""
+    max_jobs_per_walk: int | None = None
+    """Most waiting jobs one backfill walk tries (Slurm's ``bf_max_job_test``); the others wait
+    untried, with one shared status (``CycleResult.untested``). None: every waiting job."""
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
         """Whether ``pending`` gets a reservation, ``held`` having been made in its queue lane this cycle."""

@@ -169,7 +169,9 @@ class Scheduler:
             _ACTIONS[action](session)
         if self._commits:
             self._heads = _first_waiting(session)
-        return CycleResult(tuple(session.decisions), session.statuses, session.blocked)
+        return CycleResult(
+            tuple(session.decisions), session.statuses, session.blocked, session.untested, session.tested
+        )
 
     def _trim(self, snapshot: ClusterSnapshot) -> None:
         """Keep the caches kept across cycles bounded (a long-running driver must not grow).
@@ -237,6 +239,9 @@ class Scheduler:
             # The first plugin's key ends with (submit_s, id), which no two jobs share: the keys of
             # the plugins after it, and the framework's own tie-break, never decide. A stable sort
             # by the prefix keeps equal prefixes in the queue's order, which is submission order.
+            if isinstance(prefixes, np.ndarray):
+                # A stable sort of floats, as Python's of one-float tuples (no NaN: -0.0 == 0.0).
+                return list(map(items.__getitem__, np.argsort(prefixes, kind="stable").tolist()))
             order = sorted(range(len(items)), key=prefixes.__getitem__)
             return [items[i] for i in order]
         per_plugin = [plugin.order_keys(jobs, ctx) for plugin in plugins]

@@ -92,6 +92,11 @@ class Session:
     backfill_walk: bool = True
     """False in a cycle between two periodic backfill walks (``ReservePlugin.pass_interval_s``): the
     ``backfill`` action then starts jobs in queue order up to each lane's first that cannot start."""
+    untested: Status | None = None
+    """Set by a backfill walk that stopped at its most jobs (``ReservePlugin.max_jobs_per_walk``):
+    the status of every pending job not in ``tested`` (``CycleResult.untested``)."""
+    tested: frozenset[str] = frozenset()
+    """With ``untested``: the jobs that walk tried or bound."""
     strict: bool = field(init=False, default=False)
     """True when a job that cannot start blocks its queue."""
     _split: bool = field(init=False, default=False)

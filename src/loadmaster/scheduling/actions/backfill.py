@@ -262,14 +262,30 @@ def run(session: Session) -> None:
         (p for p in session.queue if p.job.id not in session.bound and walk.plugin.starving(p, session.ctx)),
         key=lambda p: (p.job.submit_s, p.job.id),
     )
-    for pending in starving[: walk.plugin.max_starving_per_cycle]:
+    limit = walk.plugin.max_jobs_per_walk
+    starving = starving[: walk.plugin.max_starving_per_cycle]
+    for pending in starving if limit is None else starving[:limit]:
         walk.visit(pending, starving=True)
     for pending in walk.order(session.queue):
         if pending.job.id not in session.bound and pending.job.id not in walk.done:
+            if limit is not None and len(walk.done) >= limit:
+                _stop_testing(session, walk, limit)
+                break
             walk.visit(pending, starving=False)
     session.blocked.clear()  # every job now carries its own status from this walk
     session.promised.clear()
     session.promised.update((r.job_id, r) for r in walk.reservations)
+
+
+def _stop_testing(session: Session, walk: _Walk, limit: int) -> None:
+    """The walk has tried its most jobs (``max_job_test``): the others wait untried, as in Slurm,
+    where a job past ``bf_max_job_test`` gets no expected start until a walk reaches it."""
+    session.untested = wait(
+        f"not tried by this backfill pass, which tries the first {limit} waiting jobs "
+        "(max_job_test); jobs ahead of it are tried first",
+        "backfill",
+    )
+    session.tested = frozenset(walk.done | session.bound)
 
 
 def _between_walks(session: Session) -> None:

@@ -65,6 +65,12 @@ class BackfillArgs:
     cycle, the reference behaviour. On a busy cluster, where events come seconds apart, most
     cycles then skip the walk (docs/simulator.md, "Periodic backfill", has the cost in metrics)."""
 
+    max_job_test: int | None = None
+    """Most waiting jobs one backfill walk tries (starving ones first, then in queue order), as
+    Slurm's ``bf_max_job_test`` (its default: 100); the rest wait untried until a walk reaches
+    them, with a status that says so. Bounds a walk's cost on a long queue. None (the default):
+    every waiting job, the reference behaviour."""
+
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise ValueError(f"depth must be >= 1, got {self.depth}")
@@ -76,6 +82,8 @@ class BackfillArgs:
             raise ValueError(f"early_ends must be >= 1 and finite (or null), got {self.early_ends}")
         if self.interval_s is not None and not 0.0 < self.interval_s < float("inf"):
             raise ValueError(f"interval_s must be > 0 and finite (or null), got {self.interval_s}")
+        if self.max_job_test is not None and self.max_job_test < 1:
+            raise ValueError(f"max_job_test must be >= 1 (or null), got {self.max_job_test}")
 
 
 class Backfill(ReservePlugin):
@@ -94,6 +102,7 @@ class Backfill(ReservePlugin):
         self.fixed_running_estimates = self.settings.estimate == "limit" and self.settings.early_ends is None
         self.reservations_per_lane = 1 if self.settings.mode == "easy" else self.settings.depth
         self.pass_interval_s = self.settings.interval_s
+        self.max_jobs_per_walk = self.settings.max_job_test
 
     def wants_reservation(self, pending: PendingJob, held: int, ctx: CycleContext) -> bool:
         return held < (1 if self.settings.mode == "easy" else self.settings.depth)

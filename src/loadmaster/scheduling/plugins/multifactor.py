@@ -15,15 +15,20 @@ and size by weights alone, which is why Slurm sites use it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+import operator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import Field
 
 from loadmaster.model import MILLI_PER_GPU, Job
 from loadmaster.scheduling.framework import CycleContext, OrderPlugin
+
+FloatArray = npt.NDArray[np.float64]
 
 Weight = Annotated[float, Field(ge=0)]
 Unit = Annotated[float, Field(ge=0, le=1)]
@@ -171,29 +176,61 @@ class Multifactor(OrderPlugin):
     def order_keys(self, jobs: Sequence[Job], ctx: CycleContext) -> list[tuple[float | str, ...]]:
         """The same keys as :meth:`order_key`, the priorities computed as arrays (the same float
         operations in the same order, so every key is equal to the one-job computation)."""
+        priority = self.priorities(jobs, ctx)
+        return [(-p, job.submit_s, job.id) for p, job in zip(priority.tolist(), jobs, strict=True)]
+
+    def order_prefixes(self, jobs: Sequence[Job], ctx: CycleContext) -> FloatArray:
+        """Each key's first part, ``-priority``, as one array: the rest is ``(submit_s, id)``."""
+        return -self.priorities(jobs, ctx)
+
+    def priorities(self, jobs: Sequence[Job], ctx: CycleContext) -> FloatArray:
+        """:meth:`priority` of every job, as an array. Each factor is read for all jobs by ``map``
+        with attribute getters and dict lookups (C loops: a long queue is thousands of jobs at
+        every cycle), then summed with the same float operations in the same order."""
         c, factors = self.config, self.factors(ctx)
         n = len(jobs)
-        submit = np.fromiter((job.submit_s for job in jobs), dtype=np.float64, count=n)
+        submit = np.fromiter(map(_SUBMIT, jobs), dtype=np.float64, count=n)
         age = np.minimum(np.maximum(ctx.now - submit, 0.0) / c.max_age_s, 1.0)
         if factors.cluster_gpus > 0:
-            gpus = np.fromiter((job.gpu_milli for job in jobs), dtype=np.int64, count=n) / MILLI_PER_GPU
-            size = np.minimum(gpus / factors.cluster_gpus, 1.0)
+            tasks = np.fromiter(map(_TASKS, jobs), dtype=np.int64, count=n)
+            per_task = np.fromiter(map(_REQUEST_MILLI, jobs), dtype=np.int64, count=n)
+            size = np.minimum((tasks * per_task) / MILLI_PER_GPU / factors.cluster_gpus, 1.0)
         else:
             size = np.zeros(n)
         if c.favor_small:
             size = 1.0 - size
-        fairshare = np.array([self.fairshare(job, factors) for job in jobs], dtype=np.float64)
-        queue = np.array(
-            [self.queue_factors.get(job.queue, UNKNOWN_FACTOR) for job in jobs], dtype=np.float64
-        )
-        klass = np.array(
-            [self.class_factors.get(job.priority_class, UNKNOWN_FACTOR) for job in jobs], dtype=np.float64
-        )
-        priority = (
+        fairshare = self._fairshares(jobs, factors)
+        queue = _looked_up(self.queue_factors, map(_QUEUE, jobs), UNKNOWN_FACTOR)
+        klass = _looked_up(self.class_factors, map(_CLASS, jobs), UNKNOWN_FACTOR)
+        priority: FloatArray = (
             c.age_weight * age
             + c.size_weight * size
             + c.fairshare_weight * fairshare
             + c.queue_weight * queue
             + c.class_weight * klass
         )
-        return [(-p, job.submit_s, job.id) for p, job in zip(priority.tolist(), jobs, strict=True)]
+        return priority
+
+    def _fairshares(self, jobs: Sequence[Job], factors: CycleFactors) -> FloatArray:
+        """:meth:`fairshare` of every job."""
+        level = self.config.fairshare_level
+        user = _looked_up(factors.user_fairshare, map(_USER, jobs), 1.0) if level != "group" else None
+        group = _looked_up(factors.group_fairshare, map(_GROUP, jobs), 1.0) if level != "user" else None
+        if user is None:
+            assert group is not None
+            return group
+        return user if group is None else group * user
+
+
+_SUBMIT = operator.attrgetter("submit_s")
+_TASKS = operator.attrgetter("tasks")
+_REQUEST_MILLI = operator.attrgetter("request.gpu_milli")
+_QUEUE = operator.attrgetter("queue")
+_CLASS = operator.attrgetter("priority_class")
+_USER = operator.attrgetter("user")
+_GROUP = operator.attrgetter("group")
+
+
+def _looked_up(table: Mapping[str, float], keys: Iterator[str], default: float) -> FloatArray:
+    """``table.get(key, default)`` for every key, as an array (one C loop)."""
+    return np.array(list(map(table.get, keys, itertools.repeat(default))), dtype=np.float64)
