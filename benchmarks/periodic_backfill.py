@@ -66,10 +66,14 @@ SETUP_LABELS = {
 """Each setup as the figure's legend names it (docs/plugins/backfill.md's table says the same)."""
 
 
-def periodic(name: str, interval_s: float) -> Profile:
-    """Shipped profile ``name`` with its backfill walk at most once per ``interval_s``, built from its
-    configuration with the backfill argument set, as a profiles file setting it would be."""
-    return load_profile_with_args(name, {"backfill": {"interval_s": interval_s}})
+def periodic(name: str, interval_s: float, max_job_test: int | None = None) -> Profile:
+    """Shipped profile ``name`` with its backfill walk at most once per ``interval_s`` (and trying at
+    most ``max_job_test`` jobs, where given), built from its configuration with the backfill
+    arguments set, as a profiles file setting them would be."""
+    args: dict[str, object] = {"interval_s": interval_s}
+    if max_job_test is not None:
+        args["max_job_test"] = max_job_test
+    return load_profile_with_args(name, {"backfill": args})
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +114,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=None, help="jobs per run (default: each setup's)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
+        "--max-job-test",
+        type=int,
+        default=None,
+        help="the periodic variant also tries at most this many jobs per walk (Slurm's bf_max_job_test)",
+    )
+    parser.add_argument(
         "--plot-only",
         action="store_true",
         help="redraw the figure from the results file (--out, or the committed one); run nothing",
@@ -128,12 +138,19 @@ def main() -> None:
     setups = args.setups.split(",")
     rounds = 1 if args.quick else args.rounds
     jobs_override = 600 if args.quick else args.jobs
-    full = not args.quick and args.jobs is None and names == list(PROFILES) and setups == list(SETUPS)
+    full = (
+        not args.quick
+        and args.jobs is None
+        and args.max_job_test is None
+        and names == list(PROFILES)
+        and setups == list(SETUPS)
+    )
     total, done = len(names) * len(setups) * rounds * 2, 0
     rows: list[dict[str, object]] = []
     for setup in setups:
         for name in names:
-            variants = {"every cycle": shipped[name], "periodic": periodic(name, INTERVAL_S)}
+            bounded = periodic(name, INTERVAL_S, args.max_job_test)
+            variants = {"every cycle": shipped[name], "periodic": bounded}
             runs: dict[str, list[Run]] = {v: [] for v in variants}
             for _ in range(rounds):
                 for variant, profile in variants.items():
@@ -155,6 +172,7 @@ def main() -> None:
             "benchmark": "periodic_backfill",
             "command": " ".join(["python benchmarks/periodic_backfill.py", *sys.argv[1:]]),
             "interval_s": INTERVAL_S,
+            "max_job_test": args.max_job_test,
             "rounds": rounds,
             "setups": {k: {"cluster": v[0], "jobs": v[1], "load": v[2]} for k, v in SETUPS.items()},
             "targets": {},

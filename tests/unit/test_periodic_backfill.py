@@ -101,10 +101,13 @@ def test_an_interval_shorter_than_any_gap_between_cycles_changes_nothing(name: s
     assert_same_tables(tiny, reference)
 
 
-def test_slurm_periodic_is_slurm_with_bf_interval_30() -> None:
+def test_slurm_periodic_is_slurm_with_slurms_backfill_defaults() -> None:
+    """bf_interval 30 s and bf_max_job_test 100 (slurm.conf(5)); the reference slurm has neither."""
     profiles = load_profiles()
     assert profiles["slurm-periodic"].reserve[0].pass_interval_s == 30.0
+    assert profiles["slurm-periodic"].reserve[0].max_jobs_per_walk == 100
     assert profiles["slurm"].reserve[0].pass_interval_s is None
+    assert profiles["slurm"].reserve[0].max_jobs_per_walk is None
 
 
 def test_a_profile_built_with_an_interval_agrees_in_every_view() -> None:
