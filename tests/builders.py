@@ -11,8 +11,12 @@ simulation carried out, with its time.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -381,6 +385,22 @@ def bind_of(result: CycleResult, job_id: str) -> Bind | None:
 def nodes_of(cluster: NodeTable, bind: Bind) -> list[str]:
     """Names of the nodes a Bind uses, one entry per task."""
     return [cluster.nodes[p.node].name for p in bind.placements]
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """The script ``benchmarks/<name>.py`` as a module, its neighbours (results_io, ...) importable
+    as top-level modules, as they are when it runs from the repository root."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def assert_same_tables(got: JobTable, want: JobTable) -> None:

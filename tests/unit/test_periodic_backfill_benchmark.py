@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import sys
 from pathlib import Path
@@ -10,21 +9,14 @@ from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from builders import BENCHMARKS, load_benchmark
+
 COMMITTED = BENCHMARKS / "results" / "periodic_backfill.json"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    # The script imports its neighbour results_io as a top-level module, as when run from the root.
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("periodic_backfill", BENCHMARKS / "periodic_backfill.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("periodic_backfill")
 
 
 def test_plot_only_draws_the_figure_beside_the_results_and_leaves_them(

@@ -5,29 +5,18 @@ The benchmark itself takes minutes; here each kind of task runs on a few dozen j
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from builders import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    # The script imports its neighbours (lab_cells, results_io, ...) as top-level modules, as it
-    # does when run from the repository root.
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("rl_generalisation", BENCHMARKS / "rl_generalisation.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("rl_generalisation")
 
 
 @pytest.fixture(scope="module")
