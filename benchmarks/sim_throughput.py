@@ -6,7 +6,7 @@ Targets:
   whole 100,000-job run at load 0.9 (workload generation, simulation,
   summary) under 30 s on one core, peak RSS under 2 GiB;
 * issue 19: every production profile (kube-default, fifo, sds, nsml, slurm,
-  slurm-periodic, fair, learned) simulates 100,000 jobs at load 1.1 in at most 3 times
+  fair, learned) simulates 100,000 jobs at load 1.1 in at most 3 times
   ``binpack``'s time in the same run, and its cost grows linearly: its time at
   100,000 jobs is at most 6 times its time at 20,000 jobs (each load).
 
@@ -54,7 +54,7 @@ TARGET_RATIO = 3.0
 TARGET_GROWTH = 6.0
 """A profile's time at 100,000 jobs at most this times its time at 20,000 jobs (linear cost: 5)."""
 BASELINE = "binpack"
-PROFILES = ("binpack", "kube-default", "fifo", "sds", "nsml", "slurm", "slurm-periodic", "fair", "learned")
+PROFILES = ("binpack", "kube-default", "fifo", "sds", "nsml", "slurm", "fair", "learned")
 LOADS = (0.9, 1.1)
 JOBS = (20_000, 100_000)
 QUICK_JOBS = (2_000, 10_000)
