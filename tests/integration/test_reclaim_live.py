@@ -162,9 +162,15 @@ def test_kube_run_evicts_the_idle_pod_after_its_grace_and_leaves_the_others(tmp_
             pod = api.get("pods", key)
             assert pod is not None and not pod["metadata"].get("deletionTimestamp"), key
             assert NOTICE_ANNOTATION not in (pod["metadata"].get("annotations") or {}), key
-        with sqlite3.connect(tmp_path / "state.sqlite") as db:
-            rows = db.execute("SELECT job, action, actor FROM ledger ORDER BY id").fetchall()
-        assert rows == [("team-a/idle", "notify", "scheduler"), ("team-a/idle", "evict", "scheduler")]
+
+        def ledger() -> list[tuple[str, str, str]]:
+            with sqlite3.connect(tmp_path / "state.sqlite") as db:
+                return db.execute("SELECT job, action, actor FROM ledger ORDER BY id").fetchall()
+
+        # The scheduler enters the eviction once the API has answered for every pod (the entry
+        # says how many were evicted), so the pod can be seen gone a moment before the entry is.
+        wait_until(lambda: len(ledger()) >= 2, "the eviction in the ledger", timeout_s=10)
+        assert ledger() == [("team-a/idle", "notify", "scheduler"), ("team-a/idle", "evict", "scheduler")]
         reasons = [e["reason"] for e in api.objects("events") if e["involvedObject"]["name"] == "idle"]
         assert reasons == ["IdleGPUs", "Reclaimed"]
         serve, url = start_serve(tmp_path)
