@@ -22,13 +22,10 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import Field
 
 from loadmaster.model import MILLI_PER_GPU, Job
-from loadmaster.scheduling.framework import CycleContext, OrderPlugin
-
-FloatArray = npt.NDArray[np.float64]
+from loadmaster.scheduling.framework import CycleContext, FloatArray, OrderPlugin
 
 Weight = Annotated[float, Field(ge=0)]
 Unit = Annotated[float, Field(ge=0, le=1)]
