@@ -20,6 +20,9 @@ Cases (``--set``):
   thousands of waiting jobs (what keeping verdicts across cycles must not
   change);
 * ``fgd``: the FGD validation's policies on openb, seed 0 with numpy's draws;
+* ``peer``: Tiresias' scaled trace of ``benchmarks/peer_speed.py`` (7,500 jobs, most of them
+  gangs of one-GPU tasks, several to a node) on 1,000 x 8 GPUs under ``fifo``, ``binpack``,
+  ``kube-default`` and ``sds`` (seconds; in ``quick-data``, so the test suite runs it);
 * ``large``: the production profiles on the built-in 1,000 x 8 GPU cluster and workload at
   load 1.1 (10,000 jobs; ``fair``, whose queue holds nearly every job there, 3,000), where
   the scheduler's arrays are a thousand nodes long (minutes; not part of the test suite).
@@ -38,6 +41,7 @@ import argparse
 import hashlib
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,6 +55,7 @@ from loadmaster.sim import SimOptions
 from loadmaster.sim.simulator import Simulator
 
 ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
 FIXTURE = ROOT / "tests" / "fixtures" / "job_checksums.json"
 PROFILES = ("kube-default", "fifo", "sds", "nsml", "slurm", "fair", "learned", "binpack")
 """The shipped production profiles, and the strict-FIFO baseline the speed targets compare with."""
@@ -59,7 +64,9 @@ OVERLOAD_JOBS = 6000
 OVERLOAD_LOAD = 1.1
 OVERLOAD_PROFILES = ("sds", "nsml", "slurm", "learned", "kube-default", "fair")
 """The profiles that look past a blocked head job, so whose cost grows with the queue."""
-SETS = ("quick", "demo", "overload", "lublin", "lublin-quick", "fgd", "large")
+SETS = ("quick", "demo", "overload", "lublin", "lublin-quick", "fgd", "peer", "large")
+PEER_PROFILES = ("fifo", "binpack", "kube-default", "sds")
+"""Strict and non-strict, with and without backfill: the gang placements of ``peer``."""
 LARGE_JOBS = {"fair": 3000}
 """Jobs of the ``large`` set per profile where not 10,000."""
 
@@ -179,6 +186,28 @@ def _fgd(data: Path) -> Iterator[tuple[str, Callable[[], str]]]:
         yield f"fgd/{name}/seed0", one
 
 
+def _peer(data: Path) -> Iterator[tuple[str, Callable[[], str]]]:
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))  # the tests load this file by its path
+    from peer_speed import scaled_trace  # noqa: PLC0415 (only this set needs it)
+
+    cluster = load_cluster("large")
+    profiles = load_profiles()
+    with tempfile.TemporaryDirectory(prefix="peer-checksums-") as folder:
+        trace = Path(folder) / "tiresias_7500.csv"
+        trace.write_text(scaled_trace(data / "tiresias" / "60_job.csv"))
+        spec = Path(folder) / "tiresias_7500.yaml"
+        spec.write_text(f"kind: trace\npath: {trace}\nformat: tiresias\n")
+        workload = load_workload(str(spec), cluster)
+    for name in PEER_PROFILES:
+
+        def one(name: str = name) -> str:
+            scheduler = Scheduler(profiles[name])
+            return run_digest(_Recording(cluster.nodes, scheduler, workload.jobs, SimOptions()))
+
+        yield f"peer-7500/{name}", one
+
+
 def cases(which: str, data: Path) -> Iterator[tuple[str, Callable[[], str]]]:
     """(name, function computing its checksum) for each case of set ``which``."""
     if which in {"quick", "all"}:
@@ -193,6 +222,8 @@ def cases(which: str, data: Path) -> Iterator[tuple[str, Callable[[], str]]]:
         yield from _lublin(data, 10)
     if which in {"fgd", "all", "quick-data"}:
         yield from _fgd(data)
+    if which in {"peer", "all", "quick-data"}:
+        yield from _peer(data)
     if which == "large":  # not in "all": minutes of a long queue on a thousand nodes
         yield from _large()
 

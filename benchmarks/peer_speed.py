@@ -19,7 +19,14 @@ the yarn scheme never calls it).
 Target: loadmaster's whole-process time at most half of Tiresias' (median
 of ``--repeats`` runs each, alternating, with the spread).
 
-    python benchmarks/peer_speed.py [--repeats 3] [--tiresias-trace PATH]
+Both run as a user's second run does: Python's bytecode cache on (the script
+drops ``PYTHONDONTWRITEBYTECODE`` from both environments) and one untimed run
+of each first, which writes both simulators' ``.pyc`` files, as installing a
+package does. ``--no-bytecode`` keeps the variable set, so that both compile
+every module from source in every run (the cost of a first run, or of an
+environment that forbids the cache).
+
+    python benchmarks/peer_speed.py [--repeats 3] [--no-bytecode] [--tiresias-trace PATH]
 
 Prints a table and writes benchmarks/results/peer_speed.json.
 """
@@ -138,6 +145,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs of each, alternating")
     parser.add_argument("--tiresias-trace", type=Path, default=None, help="Tiresias' 60_job.csv")
+    parser.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="compile every module from source in every run (PYTHONDONTWRITEBYTECODE=1 for both)",
+    )
     args = parser.parse_args()
     source = provenance(ROOT)
     work = Path(tempfile.mkdtemp(prefix="peer-speed-"))
@@ -160,6 +172,13 @@ def main() -> None:
     if not Path(ours_cmd[0]).exists():
         ours_cmd[:1] = [sys.executable, "-m", "loadmaster.cli"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    # Why: the bytecode cache is Python's default and an installed package ships
+    # compiled; a machine-wide PYTHONDONTWRITEBYTECODE would time compilation,
+    # which a user pays once. --no-bytecode measures that cost, for both sides.
+    if args.no_bytecode:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     python = python27()
     simulator = setup_tiresias(python, work) if python else None
     if python is None:
@@ -178,6 +197,11 @@ def main() -> None:
         f"--log_path={work / 'tiresias-log'}",
     ]
     env27 = {**env, "PYTHONPATH": str(CACHE)}
+    if not args.no_bytecode:
+        # Untimed: writes both simulators' bytecode, as a user's first run does.
+        timed(ours_cmd, ROOT, env)
+        if simulator is not None:
+            timed(theirs_cmd, simulator, env27)
     ours: list[float] = []
     theirs: list[float] = []
     for _ in range(args.repeats):
@@ -209,6 +233,9 @@ def main() -> None:
             "setup": f"Tiresias 60_job.csv x {COPIES} copies (copy k +k s), submit // {COMPRESSION}: "
             "7,500 jobs; 1,000 x 8 GPUs; FIFO (loadmaster profile fifo; Tiresias --schedule=fifo "
             "--scheme=yarn)",
+            "bytecode": "compiled from source in every run (PYTHONDONTWRITEBYTECODE=1)"
+            if args.no_bytecode
+            else "cached (one untimed run of each first)",
             "tiresias_commit": TIRESIAS_COMMIT,
             "tiresias": "measured" if theirs else "skipped: no Python 2.7",
             "loadmaster_s": [round(t, 3) for t in ours],

@@ -63,9 +63,10 @@ def test_overloaded_lab_queue_is_unchanged(profile: str) -> None:
 
 
 @pytest.mark.slow
-def test_first_lublin_sequence_and_fgd_seed_are_unchanged() -> None:
+def test_first_lublin_sequence_fgd_seed_and_peer_trace_are_unchanged() -> None:
     reference_data("swf/lublin_256.swf")
     reference_data("openb/openb_pod_list_default.csv")
+    reference_data("tiresias/60_job.csv")
     different = {
         name: value for name, compute in _cases("quick-data") if (value := compute()) != COMMITTED[name]
     }

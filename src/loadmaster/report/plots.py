@@ -35,7 +35,7 @@ def _new_axes(chart: Chart) -> tuple[Figure, Axes]:
     fig = Figure(figsize=(9.0, 4.8))
     fig.subplots_adjust(left=0.08, right=0.8, bottom=0.11, top=0.91)
     ax = fig.add_subplot()
-    ax.set_title(chart.title)
+    ax.set_title(chart.title, y=1.0)
     ax.set_xlabel(chart.x_title)
     ax.set_ylabel(chart.y_title)
     ax.grid(True, which="major", alpha=0.3)
@@ -103,7 +103,7 @@ def _draw_panel(ax: Axes, panel: Panel, chart: Chart) -> None:
         )
     else:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title(panel.title, fontsize="medium", color=panel.color)
+    ax.set_title(panel.title, fontsize="medium", color=panel.color, y=1.0)
     ax.grid(True, which="major", alpha=0.3)
     if chart.y_integer:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))

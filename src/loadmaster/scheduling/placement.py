@@ -141,6 +141,8 @@ def place_job(
     placed: list[TaskPlacement] = []
     choose = topology.choose_node if topology is not None else default_choose_node
     take = _task_taker(pending, scoring)
+    # Tasks of a whole-GPU or GPU-less request on one node, GPUs chosen by fit: one update for all.
+    batched = scoring.gpu_choice is None and not request.is_fractional and request.mig_profile is None
     if request.mig_profile is not None:
         # MIG instances cannot talk over NVLink: a gang of them gains nothing from sharing a node
         # or a rack, so no topology rule applies: the best-scoring node with room, then the next.
@@ -163,8 +165,11 @@ def place_job(
         if node < 0:
             return placed, unschedulable(_shortfall(pending, len(placed), allowed, ctx), "fit")
         taken = min(int(cap[node]), remaining)
-        for _ in range(taken):
-            placed.append(take(ctx, node, request))
+        if batched:
+            placed.extend(ctx.state.take_whole(node, request, taken))
+        else:
+            for _ in range(taken):
+                placed.append(take(ctx, node, request))
         cap[node] -= taken
         remaining -= taken
         used.append(node)

@@ -22,6 +22,7 @@ from loadmaster.model import (
     MigView,
     NodeTable,
     TaskPlacement,
+    TaskRequest,
     gpu_summary,
     node_gpu_summary,
 )
@@ -114,6 +115,46 @@ class WorkingState:
         """Mark ``placement``'s resources as used and log it for a possible rollback."""
         self._apply(placement, -1)
         self._log.append(placement)
+
+    def take_whole(self, node: int, request: TaskRequest, count: int) -> list[TaskPlacement]:
+        """``count`` tasks of a whole-GPU or GPU-less ``request`` on ``node``, taken and logged.
+
+        The placements ``count`` calls of :meth:`take` with ``fit.choose_gpus`` would make: each
+        task takes the lowest wholly free GPUs left by the ones before it, so task i gets free GPUs
+        i x w .. (i + 1) x w - 1 of the node's list. The node is updated once, by the same exact
+        integer deltas: a gang of 8 one-GPU tasks on a node is one update, not 8.
+        """
+        if request.is_fractional or request.mig_profile is not None:
+            raise ModelError(f"take_whole: {request} is not a whole-GPU or GPU-less request")
+        per_task = request.whole_gpus
+        row = self.gpu_free[node]
+        chosen: list[int] = []
+        if per_task:
+            # A plain loop: a node has a handful of GPUs, where numpy's call overhead dominates.
+            chosen = [gpu for gpu, milli in enumerate(row.tolist()) if milli == MILLI_PER_GPU]
+            if len(chosen) < per_task * count:
+                raise ModelError(
+                    f"node {node}: {count} tasks of {per_task} GPUs need {per_task * count} free GPUs, "
+                    f"{len(chosen)} are"
+                )
+        milli = min(request.gpu_milli, MILLI_PER_GPU)
+        cpu, memory = request.cpu_milli, request.memory_mib
+        placements = [
+            TaskPlacement(node, tuple(chosen[i * per_task : (i + 1) * per_task]), milli, cpu, memory)
+            for i in range(count)
+        ]
+        if per_task:
+            used = per_task * count
+            row[chosen[:used]] -= MILLI_PER_GPU
+            self.whole_free[node] -= used
+            self.free_milli[node] -= used * MILLI_PER_GPU
+            self.largest_share[node] = MILLI_PER_GPU if self.whole_free[node] else int(row.max())
+        self.cpu_free[node] -= count * cpu
+        self.memory_free[node] -= count * memory
+        if self.pods_free is not None:
+            self.pods_free[node] -= count
+        self._log.extend(placements)
+        return placements
 
     def take_mig(self, node: int, profile: str, cpu_milli: int, memory_mib: int) -> TaskPlacement | None:
         """Take a free instance of ``profile`` on ``node`` (and the CPU and memory); None if none is free."""

@@ -188,8 +188,9 @@ class SimCluster:
         for placement in placements:
             node = placement.node
             delta = sign * placement.gpu_milli
+            row = self.gpu_free[node]  # a view: one scalar index per GPU, not a 2-D one
             for gpu in placement.gpu_indices:
-                self.gpu_free[node, gpu] += delta
+                row[gpu] += delta
             self.cpu_free[node] += sign * placement.cpu_milli
             self.memory_free[node] += sign * placement.memory_mib
             touched[node] = None
