@@ -350,31 +350,43 @@ def _jobs(rows: _Rows, submit_s: npt.NDArray[np.float64], options: ReplayOptions
     ids = _unique_ids(rows.ids)
     requests: dict[tuple[int, int, int, int], TaskRequest] = {}
     jobs = []
-    for i in range(len(rows)):
-        key = (
-            int(rows.gpu_milli[i]),
-            int(rows.cpu_milli[i]),
-            int(rows.memory_mib[i]),
-            int(rows.gpu_memory_mib[i]),
-        )
+    # Columns as lists once: indexing a numpy array per cell costs more than the rest of a row.
+    keys = zip(
+        rows.gpu_milli.tolist(),
+        rows.cpu_milli.tolist(),
+        rows.memory_mib.tolist(),
+        rows.gpu_memory_mib.tolist(),
+        strict=True,
+    )
+    columns = zip(
+        ids,
+        keys,
+        rows.duration_s.tolist(),
+        rows.limit_s.tolist(),
+        rows.users.tolist(),
+        rows.groups.tolist(),
+        submit_s.tolist(),
+        rows.tasks.tolist(),
+        rows.queues.tolist(),
+        strict=True,
+    )
+    for job_id, key, duration, recorded, user, group, submit, tasks, queue in columns:
         request = requests.get(key) or requests.setdefault(key, TaskRequest(*key))
-        duration = float(rows.duration_s[i])
-        limit = float(rows.limit_s[i])
+        limit = recorded
         if options.ignore_time_limits or not (math.isfinite(limit) and limit > 0):
             limit = duration * options.time_limit_factor
-        user = str(rows.users[i] or UNKNOWN_USER)
         job = Job(
-            id=ids[i],
-            user=user,
-            group=str(rows.groups[i] or UNKNOWN_USER),
-            submit_s=float(submit_s[i]),
-            tasks=int(rows.tasks[i]),
+            id=job_id,
+            user=str(user or UNKNOWN_USER),
+            group=str(group or UNKNOWN_USER),
+            submit_s=float(submit),
+            tasks=int(tasks),
             request=request,
-            time_limit_s=limit,
-            queue=str(rows.queues[i] or DEFAULT_QUEUE),
+            time_limit_s=float(limit),
+            queue=str(queue or DEFAULT_QUEUE),
             pool=options.pool,
         )
-        jobs.append(TraceJob(job, duration))
+        jobs.append(TraceJob(job, float(duration)))
     return jobs
 
 
