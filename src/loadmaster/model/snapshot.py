@@ -86,6 +86,12 @@ class ClusterSnapshot:
     """Tasks each node may still take in all, whatever their size (Kubernetes ``allocatable.pods`` less
     the pods on the node, of every scheduler); None: no such limit. Read only."""
 
+    running_serials: npt.NDArray[np.int64] | None = None
+    """Each running job's serial number (:mod:`loadmaster.model.running`), in ``running``'s order,
+    when the driver numbers its runs as they start (else None: books key jobs by object). A
+    number names one run of one job in the process, so equal arrays mean the same runs in the
+    same order; a book then finds its rows with one gather, not a dict look-up per job. Read only."""
+
     service_s: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
     """Per job id that ran and was preempted with its progress kept (a checkpointing driver):
     (seconds it ran before its current run, when its last run stopped, how long that run was).

@@ -121,7 +121,10 @@ class _Futures:
         book = self.session.release_book
         if self._plan is None and self.plugin.fixed_running_estimates and isinstance(book, ReleaseBook):
             self._plan = book.plan(
-                ctx.snapshot.running, ctx.now, lambda r: self.plugin.running_estimate_s(r, ctx)
+                ctx.snapshot.running,
+                ctx.now,
+                lambda r: self.plugin.running_estimate_s(r, ctx),
+                ctx.snapshot.running_serials,
             )
         if self._plan is None:
             running = list(ctx.snapshot.running)
