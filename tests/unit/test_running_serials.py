@@ -51,8 +51,9 @@ class _Checking(Scheduler):
         self.reused = 0
 
     def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
-        serials = snapshot.running_serials
-        assert serials is not None
+        assert snapshot.running_serials is not None
+        serials = snapshot.running_serials.array()
+        assert snapshot.running_serials.array() is serials  # kept while no job starts or stops
         running = list(snapshot.running)
         assert len(serials) == len(running) == len(set(serials.tolist()))
         plan = self.by_serial.plan(snapshot.running, now, _estimate, serials)

@@ -35,8 +35,9 @@ class RunningSerials:
     The order is that of a dict of running jobs by id: a start appends (or, for a job id already
     running, takes its place), a stop removes. A stop leaves a hole that :meth:`array` skips, and
     holes are closed once they outnumber the jobs, so both stay O(1) amortised. :meth:`array` is
-    made anew after a change and the same object until the next one: a reader may keep it and
-    compare it with a later one by identity first.
+    made when asked for after a change (a snapshot carries the keeper, so a cycle that reads no
+    serials builds nothing) and is the same object until the next change: a reader may keep it
+    and compare it with a later one by identity first.
     """
 
     def __init__(self) -> None:

@@ -105,7 +105,7 @@ class SimCluster:
             recent_runtimes_s=self.recent_runtimes,
             mig=self.mig,
             service_s=self.service,
-            running_serials=self.serials.array(),
+            running_serials=self.serials,
         )
 
     def account(self, running: RunningJob, now: float, finished: bool) -> float:
