@@ -13,6 +13,7 @@ import numpy.typing as npt
 from loadmaster.model.job import PendingJob, RunningJob
 from loadmaster.model.node import NodeTable
 from loadmaster.model.resources import MILLI_PER_GPU
+from loadmaster.model.running import RunningSerials
 
 # map() with attribute getters: C loops over every running and waiting job (thousands on a large
 # cluster), where comprehensions step through Python for each.
@@ -85,6 +86,14 @@ class ClusterSnapshot:
     pods_free: npt.NDArray[np.int64] | None = None
     """Tasks each node may still take in all, whatever their size (Kubernetes ``allocatable.pods`` less
     the pods on the node, of every scheduler); None: no such limit. Read only."""
+
+    running_serials: RunningSerials | None = None
+    """The running jobs' serial numbers (:mod:`loadmaster.model.running`), whose ``array()`` is in
+    ``running``'s order, when the driver numbers its runs as they start (else None: books key jobs
+    by object). A number names one run of one job in the process, so equal arrays mean the same
+    runs in the same order; a book then finds its rows with one gather, not a dict look-up per job.
+    The driver's own keeper, read only: the array is made when a scheduler asks for it (only those
+    with per-job books do), not for every snapshot."""
 
     service_s: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
     """Per job id that ran and was preempted with its progress kept (a checkpointing driver):

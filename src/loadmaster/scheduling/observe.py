@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, Job, RunningJob
+from loadmaster.model.running import SerialSlots
 
 F32 = npt.NDArray[np.float32]
 
@@ -52,12 +53,15 @@ class NodeRows:
     Each job is flattened once, when first seen running, into arrays that grow by doubling; a
     cycle then gathers the rows of the jobs running now, in their order, with a few vectorised
     steps instead of walking every placement of every running job in Python (a large cluster runs
-    thousands). Jobs are known by the id of their object, which the book keeps alive; those no
-    longer running are dropped once they outnumber the running ones.
+    thousands). Jobs are known by their run's serial number where the snapshot carries them
+    (``ClusterSnapshot.running_serials``: all slots in one gather), else by the id of their object,
+    which the book keeps alive; those no longer running are dropped once they outnumber the
+    running ones.
     """
 
     def __init__(self) -> None:
         self._slot_of: dict[int, int] = {}
+        self._slot_by_serial = SerialSlots()
         self._jobs: list[RunningJob] = []
         self._at = np.zeros(64, dtype=np.int64)
         self._count = np.zeros(64, dtype=np.int64)
@@ -66,7 +70,7 @@ class NodeRows:
         self._weights = np.zeros(256, dtype=np.float64)
         self._used = 0
 
-    def _add(self, job: RunningJob) -> int:
+    def _add(self, job: RunningJob, serial: int | None = None) -> int:
         slot = len(self._jobs)
         if slot == len(self._at):
             self._at, self._count, self._end = (
@@ -84,22 +88,31 @@ class NodeRows:
         self._at[slot], self._count[slot], self._end[slot] = used, len(placements), job.expected_end_s
         self._used += len(placements)
         self._jobs.append(job)
-        self._slot_of[id(job)] = slot
+        if serial is None:
+            self._slot_of[id(job)] = slot
+        else:
+            self._slot_by_serial.set(serial, slot)
         return slot
 
     def arrays(
-        self, running: list[RunningJob]
+        self, running: list[RunningJob], serials: npt.NDArray[np.int64] | None = None
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.float64]]:
         """The placements of ``running`` in order: node and GPUs of each, the index of the job each
-        belongs to, and each job's expected end."""
+        belongs to, and each job's expected end. ``serials``: the runs' serial numbers in the same
+        order (the snapshot's ``running_serials``), when the driver gives them."""
         if len(self._jobs) > 2 * len(running) + 1024:
             self.__init__()  # type: ignore[misc]
-        slots: list[int | None] = list(map(self._slot_of.get, map(id, running)))
-        if None in slots:
-            slots = [
-                self._add(job) if slot is None else slot for job, slot in zip(running, slots, strict=True)
-            ]
-        index = np.array(slots, dtype=np.int64)
+        if serials is not None:
+            index = self._slot_by_serial.get(serials)
+            for i in np.flatnonzero(index < 0).tolist():  # jobs new to the book: a few per cycle
+                index[i] = self._add(running[i], int(serials[i]))
+        else:
+            slots: list[int | None] = list(map(self._slot_of.get, map(id, running)))
+            if None in slots:
+                slots = [
+                    self._add(job) if slot is None else slot for job, slot in zip(running, slots, strict=True)
+                ]
+            index = np.array(slots, dtype=np.int64)
         counts = self._count[index]
         upto = np.zeros(len(index) + 1, dtype=np.int64)
         np.cumsum(counts, out=upto[1:])
@@ -124,7 +137,10 @@ def node_features(
     released = np.zeros((len(free), len(points)))
     running = list(snapshot.running)
     if running:
-        rows, weights, owners, ends = (book if book is not None else NodeRows()).arrays(running)
+        # Serials only for a kept book: a fresh one adds every job anyway, and by object is cheaper.
+        rows, weights, owners, ends = (
+            book.arrays(running, _serials(snapshot)) if book is not None else NodeRows().arrays(running)
+        )
         # Only placements of jobs that end within the horizon add anything (the others add +0.0,
         # which changes no sum): on a large cluster, a small part of the running jobs.
         ending = ends[owners] <= points[-1]
@@ -138,6 +154,11 @@ def node_features(
             released[:, column] = np.bincount(rows, weights=added[:, column], minlength=len(free))
     features = (free[:, None] + released) / node_gpus[:, None]
     return np.clip(features, 0.0, 1.0).astype(np.float32)
+
+
+def _serials(snapshot: ClusterSnapshot) -> npt.NDArray[np.int64] | None:
+    keeper = snapshot.running_serials
+    return None if keeper is None else keeper.array()
 
 
 def user_shares(usage_gpu_s: Mapping[str, float], users: set[str]) -> dict[str, float]:

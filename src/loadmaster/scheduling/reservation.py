@@ -16,7 +16,7 @@ import copy
 import itertools
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +31,7 @@ from loadmaster.model import (
     gpu_summary,
     per_node,
 )
+from loadmaster.model.running import SerialSlots
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.fit import IntArray
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
@@ -471,11 +472,16 @@ class ReleaseBook:
     running jobs, exactly as :func:`releases` sorts them) and a gather of rows,
     all vectorised. Jobs no longer running are dropped once they outnumber the
     running ones, so the book stays the size of the cluster's running set.
+
+    A job's slot is found by its run's serial number when the snapshot carries them
+    (``ClusterSnapshot.running_serials``: one gather for all jobs), else by the id of its object.
     """
 
     def __init__(self) -> None:
         self._slot_of: dict[int, int] = {}
         """Slot of each running job, by the id of its object (``_jobs`` keeps the objects alive)."""
+        self._slot_by_serial = SerialSlots()
+        """Slot of each running job, by its run's serial number (where the snapshot gives them)."""
         self._jobs: list[RunningJob] = []
         self._placements: list[tuple[TaskPlacement, ...]] = []
         self._natural = np.zeros(64, dtype=float)
@@ -490,14 +496,22 @@ class ReleaseBook:
         self._node_rows = np.zeros((256, 3), dtype=np.int64)
         self._gpu_used = 0
         self._node_used = 0
-        self._last: tuple[list[RunningJob], float, float, ReleasePlan] | None = None
-        """The last plan made, with its running jobs, their earliest expected end and the time then."""
+        self._last: tuple[list[RunningJob] | IntArray, float, float, ReleasePlan] | None = None
+        """The last plan made, with its running jobs (or their serials), their earliest expected end
+        and the time then."""
 
     def __len__(self) -> int:
         """Jobs the book holds (running now or lately)."""
         return len(self._placements)
 
-    def _add(self, running: RunningJob, natural_end_s: float, gpu: IntArray2, node: IntArray2) -> int:
+    def _add(
+        self,
+        running: RunningJob,
+        natural_end_s: float,
+        gpu: IntArray2,
+        node: IntArray2,
+        serial: int | None = None,
+    ) -> int:
         slot = len(self._placements)
         if slot == len(self._natural):
             for name in ("_natural", "_ids", "_gpu_at", "_gpu_count", "_node_at", "_node_count"):
@@ -515,47 +529,70 @@ class ReleaseBook:
         self._ids[slot] = id(running.placements)
         self._placements.append(running.placements)
         self._jobs.append(running)
-        self._slot_of[id(running)] = slot
+        if serial is None:
+            self._slot_of[id(running)] = slot
+        else:
+            self._slot_by_serial.set(serial, slot)
         return slot
 
-    def _compact(self, running: list[RunningJob]) -> None:
-        """Keep only the jobs running now, in their order (slot i is running[i])."""
-        kept = [(r, self._slot_of[id(r)]) for r in running]
+    def _compact(self, slots: list[int], serials: IntArray | None) -> None:
+        """Keep only the jobs running now, in their order (slot i is the i-th, ``slots[i]`` before),
+        known from then on by their serials when given, else by their objects."""
+        jobs = self._jobs
         old = (self._natural, self._gpu_at, self._gpu_count, self._node_at, self._node_count)
         gpu_rows, node_rows, placements = self._gpu_rows, self._node_rows, self._placements
         self.__init__()  # type: ignore[misc]
-        for job, slot in kept:
+        numbers: list[int | None] = [None] * len(slots) if serials is None else serials.tolist()
+        for slot, serial in zip(slots, numbers, strict=True):
             gpu = gpu_rows[old[1][slot] : old[1][slot] + old[2][slot]]
             node = node_rows[old[3][slot] : old[3][slot] + old[4][slot]]
-            self._add(job, float(old[0][slot]), gpu, node)
+            self._add(jobs[slot], float(old[0][slot]), gpu, node, serial)
             self._placements[-1] = placements[slot]
             self._ids[len(self._placements) - 1] = id(placements[slot])
 
     def plan(
-        self, running: Collection[RunningJob], now: float, estimate_s: Callable[[RunningJob], float]
+        self,
+        running: Collection[RunningJob],
+        now: float,
+        estimate_s: Callable[[RunningJob], float],
+        serials: IntArray | None = None,
     ) -> ReleasePlan:
         """The plan ``ReleasePlan(releases(running, now, estimates), cache)`` would be.
 
         The last plan itself when the same jobs run (the same objects, in the same order) and
         no expected end is before now, then or now (no end is clamped): it is the same plan,
-        and the sums it keeps for searches stay valid. Each job's slot is looked up by the id
-        of its object in one pass of C loops, not a Python loop over the running jobs.
+        and the sums it keeps for searches stay valid. With ``serials`` (the snapshot's
+        ``running_serials``), "the same jobs" is equal serial arrays (the same array, usually)
+        and the slots are one gather; without, each job's slot is looked up by the id of its
+        object in one pass of C loops.
         """
-        jobs = list(running)
-        last = self._last
-        if last is not None and last[0] == jobs and max(now, last[2]) <= last[1]:
-            return last[3]
-        slots: list[int | None] = list(map(self._slot_of.get, map(id, jobs)))
-        if None in slots:
-            for i, slot in enumerate(slots):
-                if slot is None:
-                    job = jobs[i]
-                    gpu, node = _flat(job.placements, {})
-                    slots[i] = self._add(job, job.start_s + estimate_s(job), gpu, node)
-        if len(self._placements) > 2 * len(jobs) + 1024:
-            self._compact(jobs)
-            slots = list(range(len(jobs)))
-        index = np.array(slots, dtype=np.int64)
+        key: list[RunningJob] | IntArray
+        if serials is not None:
+            found = self._slots_by_serial(running, estimate_s, serials, now)
+            if isinstance(found, ReleasePlan):
+                return found
+            index, key = found, serials
+        else:
+            jobs = list(running)
+            last = self._last
+            if (
+                last is not None
+                and isinstance(last[0], list)
+                and last[0] == jobs
+                and max(now, last[2]) <= last[1]
+            ):
+                return last[3]
+            slots: list[int | None] = list(map(self._slot_of.get, map(id, jobs)))
+            if None in slots:
+                for i, slot in enumerate(slots):
+                    if slot is None:
+                        job = jobs[i]
+                        gpu, node = _flat(job.placements, {})
+                        slots[i] = self._add(job, job.start_s + estimate_s(job), gpu, node)
+            if len(self._placements) > 2 * len(jobs) + 1024:
+                self._compact(cast(list[int], slots), None)
+                slots = list(range(len(jobs)))
+            index, key = np.array(slots, dtype=np.int64), jobs
         natural = self._natural[index]
         ends = np.maximum(natural, now)
         order = np.argsort(ends, kind="stable")  # as releases() sorts: by end, ties in running order
@@ -570,8 +607,38 @@ class ReleaseBook:
         )
         plan._tail_arrays = (ordered_ends, self._ids[chosen])
         earliest = float(natural.min()) if len(natural) else float("inf")
-        self._last = (jobs, earliest, now, plan)
+        self._last = (key, earliest, now, plan)
         return plan
+
+    def _slots_by_serial(
+        self,
+        running: Collection[RunningJob],
+        estimate_s: Callable[[RunningJob], float],
+        serials: IntArray,
+        now: float,
+    ) -> IntArray | ReleasePlan:
+        """:meth:`plan`'s slots of the running jobs through their ``serials``, or the last plan where
+        it holds. Jobs new to the book (a few per cycle) are added one by one, the rest gathered."""
+        last = self._last
+        if (
+            last is not None
+            and isinstance(last[0], np.ndarray)
+            and (last[0] is serials or np.array_equal(last[0], serials))
+            and max(now, last[2]) <= last[1]
+        ):
+            return last[3]
+        index = self._slot_by_serial.get(serials)
+        missing = np.flatnonzero(index < 0)
+        if len(missing):
+            jobs = list(running)
+            for i in missing.tolist():
+                job = jobs[i]
+                gpu, node = _flat(job.placements, {})
+                index[i] = self._add(job, job.start_s + estimate_s(job), gpu, node, int(serials[i]))
+        if len(self._placements) > 2 * len(serials) + 1024:
+            self._compact(index.tolist(), serials)
+            index = np.arange(len(serials), dtype=np.int64)
+        return index
 
 
 IntArray2 = npt.NDArray[np.int64]

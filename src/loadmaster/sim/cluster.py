@@ -22,6 +22,7 @@ from loadmaster.model import (
     RunningJob,
     TaskPlacement,
 )
+from loadmaster.model.running import RunningSerials, next_serial
 from loadmaster.model.snapshot import gpu_summary, node_gpu_summary
 from loadmaster.model.usage import UsageLedger
 from loadmaster.scheduling.mig_pool import MigPool
@@ -64,6 +65,9 @@ class SimCluster:
         (``SimOptions.resume_preempted``)."""
         self.running: dict[str, RunningJob] = {}
         """Change it through :meth:`start` and :meth:`stop`, which keep the owners' counts."""
+        self.serials = RunningSerials()
+        """The running jobs' serial numbers in ``running``'s order, kept by :meth:`start` and
+        :meth:`stop` for the snapshot (``ClusterSnapshot.running_serials``)."""
         self.queue_counts: Counter[str] = Counter()
         self.user_counts: Counter[str] = Counter()
         """Jobs pending or running per user (and below, per group), kept as jobs come and go:
@@ -101,6 +105,7 @@ class SimCluster:
             recent_runtimes_s=self.recent_runtimes,
             mig=self.mig,
             service_s=self.service,
+            running_serials=self.serials,
         )
 
     def account(self, running: RunningJob, now: float, finished: bool) -> float:
@@ -141,12 +146,14 @@ class SimCluster:
     def start(self, running: RunningJob) -> None:
         """``running`` runs from now on (its job no longer pending)."""
         self.running[running.job.id] = running
+        self.serials.start(running.job.id, next_serial())
         self._count(running.job, 1)
 
     def stop(self, job_id: str) -> RunningJob | None:
         """``job_id`` no longer runs (it ended, was evicted or preempted): its run, or None."""
         running = self.running.pop(job_id, None)
         if running is not None:
+            self.serials.stop(job_id)
             self._count(running.job, -1)
         return running
 
