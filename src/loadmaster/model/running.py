@@ -32,60 +32,37 @@ def next_serial() -> int:
 class RunningSerials:
     """A driver's running jobs' serial numbers, kept in its running order as jobs start and stop.
 
-    The order is that of a dict of running jobs by id: a start appends (or, for a job id already
-    running, takes its place), a stop removes. A stop leaves a hole that :meth:`array` skips, and
-    holes are closed once they outnumber the jobs, so both stay O(1) amortised. :meth:`array` is
-    made when asked for after a change (a snapshot carries the keeper, so a cycle that reads no
-    serials builds nothing) and is the same object until the next change: a reader may keep it
-    and compare it with a later one by identity first.
+    A dict of serial by job id, changed by the same operations as the driver's dict of running
+    jobs by id (a start of a job id already running keeps its place, a stop removes it), so its
+    order is that dict's by construction, at the cost of a dict write per start and stop (a job
+    runs for many cycles; a simulation that reads no serials, as strict FIFO, pays nothing else).
+    :meth:`array` is made when asked for after a change (a snapshot carries the keeper, so a cycle
+    that reads no serials builds nothing), in one C loop, and is the same object until the next
+    change: a reader may keep it and compare it with a later one by identity first.
     """
 
     def __init__(self) -> None:
-        self._buffer = np.full(64, -1, dtype=np.int64)
-        """Serials in running order, -1 where a job stopped."""
-        self._used = 0
-        self._position: dict[str, int] = {}
+        self._serials: dict[str, int] = {}
         self._array: IntArray | None = None
 
     def __len__(self) -> int:
-        return len(self._position)
+        return len(self._serials)
 
     def start(self, job_id: str, serial: int) -> None:
         """``job_id`` runs as ``serial``: at the end, or in its place if it was running already."""
-        position = self._position.get(job_id)
-        if position is None:
-            if self._used == len(self._buffer):
-                self._buffer = np.concatenate([self._buffer, np.full(len(self._buffer), -1, dtype=np.int64)])
-            position = self._position[job_id] = self._used
-            self._used += 1
-        self._buffer[position] = serial
+        self._serials[job_id] = serial
         self._array = None
 
     def stop(self, job_id: str) -> None:
         """``job_id`` no longer runs (nothing if it did not)."""
-        position = self._position.pop(job_id, None)
-        if position is None:
-            return
-        self._buffer[position] = -1
-        self._array = None
-        if self._used - len(self._position) > len(self._position) + 64:
-            self._close()
-
-    def _close(self) -> None:
-        """Drop the holes, keeping the order (one pass over the running jobs, once per as many stops)."""
-        live = self._buffer[: self._used]
-        live = live[live >= 0]
-        self._buffer[: len(live)] = live
-        self._buffer[len(live) : self._used] = -1
-        self._used = len(live)
-        order = sorted(self._position, key=self._position.__getitem__)
-        self._position = dict(zip(order, range(len(order)), strict=True))
+        if self._serials.pop(job_id, None) is not None:
+            self._array = None
 
     def array(self) -> IntArray:
         """The serials in running order, read-only; the same object until the next change."""
         if self._array is None:
-            used = self._buffer[: self._used]
-            array = used[used >= 0]  # a copy: the buffer changes, a handed-out array never does
+            serials = self._serials
+            array = np.fromiter(serials.values(), dtype=np.int64, count=len(serials))
             array.setflags(write=False)
             self._array = array
         return self._array
