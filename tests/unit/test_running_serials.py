@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from builders import a_job
 from loadmaster.config import load_cluster, load_profiles, load_workload
-from loadmaster.model import ClusterSnapshot, Job, RunningJob, TaskPlacement, TaskRequest
+from loadmaster.model import ClusterSnapshot, RunningJob, TaskPlacement
 from loadmaster.model.running import RunningSerials, SerialSlots, next_serial
 from loadmaster.scheduling import Scheduler
 from loadmaster.scheduling.decisions import CycleResult
@@ -82,18 +83,6 @@ def test_books_by_serial_match_books_by_object_through_a_simulation(name: str, c
         assert result.jobs.preemptions.sum() > 0
 
 
-def _job(job_id: str, limit_s: float) -> Job:
-    return Job(
-        id=job_id,
-        user="u",
-        group="g",
-        submit_s=0.0,
-        tasks=1,
-        request=TaskRequest(gpu_milli=1000),
-        time_limit_s=limit_s,
-    )
-
-
 def test_books_by_serial_match_after_dropping_ended_jobs() -> None:
     """Thousands of short runs beside a few long ones: both books drop ended jobs (more than
     1,024 beyond twice the running ones) and keep finding the rows of those still running."""
@@ -112,7 +101,8 @@ def test_books_by_serial_match_after_dropping_ended_jobs() -> None:
             placement = TaskPlacement(
                 node=int(rng.integers(0, 6)), gpu_indices=(0,), gpu_milli=1000, cpu_milli=0, memory_mib=0
             )
-            running[job_id] = RunningJob(_job(job_id, float(rng.choice([10.0, 60.0]))), (placement,), now)
+            job = a_job(job_id).limit(float(rng.choice([10.0, 60.0]))).build()
+            running[job_id] = RunningJob(job, (placement,), now)
             keeper.start(job_id, next_serial())
         serials = keeper.array()
         assert len(serials) == len(running)
