@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import pickle
 import signal
@@ -32,6 +33,8 @@ _HEADER = struct.Struct("<Q")
 """Every message is its length, then that many bytes of pickle: no reader depends on an end of file,
 which a copy of the pipe inherited by another forked process would hold back."""
 
+_LOG = logging.getLogger(__name__)
+
 _OPEN_IN_PARENT: set[int] = set()
 """Pipe ends held by the parent for its helpers: a helper forked later closes its copies of them."""
 
@@ -41,21 +44,28 @@ class HelperError(LoadmasterError):
 
 
 class Prefork:
-    """One helper process, forked now; it imports ``modules``, then runs at most one submitted call."""
+    """One helper process, forked now; it imports ``modules``, runs ``warm_ups``, then runs at most
+    one submitted call.
 
-    def __init__(self, modules: Sequence[str], *, fork: bool = True) -> None:
+    ``warm_ups`` are ``"module:function"`` names of functions without arguments, called in order
+    once the imports are done (after them, a call submitted meanwhile waits): work a library does
+    only the first time (fonts, lazily imported validators), done while this process works. They
+    must leave no trace the call could see; one that raises is logged and the rest still run.
+    """
+
+    def __init__(self, modules: Sequence[str], *, warm_ups: Sequence[str] = (), fork: bool = True) -> None:
         self.pid: int | None = None
         self._to_child = self._from_child = -1
         self._submitted = False
         if fork and hasattr(os, "fork"):
-            self._start(tuple(modules))
+            self._start(tuple(modules), tuple(warm_ups))
 
     @property
     def forked(self) -> bool:
         """Whether a helper process is running (or ran) for this object."""
         return self.pid is not None
 
-    def _start(self, modules: tuple[str, ...]) -> None:
+    def _start(self, modules: tuple[str, ...], warm_ups: tuple[str, ...]) -> None:
         down_read, down_write = os.pipe()
         up_read, up_write = os.pipe()
         pid = os.fork()
@@ -64,7 +74,7 @@ class Prefork:
             os.close(up_read)
             for fd in _OPEN_IN_PARENT:
                 os.close(fd)
-            _serve(modules, down_read, up_write)
+            _serve(modules, warm_ups, down_read, up_write)
         os.close(down_read)
         os.close(up_write)
         self.pid, self._to_child, self._from_child = pid, down_write, up_read
@@ -126,8 +136,8 @@ class Prefork:
         self.close()
 
 
-def _serve(modules: tuple[str, ...], down: int, up: int) -> None:
-    """The helper's whole life: import, wait for the call, run it, report, exit (never returns)."""
+def _serve(modules: tuple[str, ...], warm_ups: tuple[str, ...], down: int, up: int) -> None:
+    """The helper's whole life: import, warm up, wait for the call, run it, report, exit (never returns)."""
     code = 1
     try:
         # Read while importing: a call's argument is larger than a pipe holds, and the parent
@@ -139,6 +149,8 @@ def _serve(modules: tuple[str, ...], down: int, up: int) -> None:
             # A missing module: the call's own import raises it again, and the parent reports it.
             with contextlib.suppress(ImportError):
                 importlib.import_module(name)
+        for name in warm_ups:
+            _warm_up(name)
         reader.join()
         message = received[0] if received else None
         code = 0
@@ -147,6 +159,16 @@ def _serve(modules: tuple[str, ...], down: int, up: int) -> None:
             _send(up, pickle.dumps(_outcome(fn, arg), protocol=pickle.HIGHEST_PROTOCOL))
     finally:
         os._exit(code)  # no atexit handlers, no flush of buffers copied from the parent
+
+
+def _warm_up(name: str) -> None:
+    """Call the function ``"module:function"``; a failure is only logged: warming up is an
+    optimisation, and the submitted call, which uses the same library, reports a real fault."""
+    module, _, function = name.partition(":")
+    try:
+        getattr(importlib.import_module(module), function)()
+    except Exception:  # logged with its traceback; the call that follows raises what matters
+        _LOG.warning("warm-up %s failed; the outputs are written without it", name, exc_info=True)
 
 
 def _outcome(fn: Callable[[Any], object], arg: Any) -> tuple[str, Any]:

@@ -3,14 +3,24 @@ by helper processes are the files written in this one."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import re
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from loadmaster.config import load_cluster, load_profiles, load_workload
-from loadmaster.experiment import compare, context, expected_cost, output_helpers, write_outputs
+from loadmaster.experiment import (
+    OUTPUT_PARTS,
+    compare,
+    context,
+    expected_cost,
+    output_helpers,
+    write_outputs,
+)
 
 
 def test_two_workers_give_the_same_job_tables_and_full_progress() -> None:
@@ -55,6 +65,19 @@ def test_outputs_written_by_helper_processes_are_the_files_written_here(tmp_path
             mine, theirs = _DIV_ID.sub(b"-", mine), _DIV_ID.sub(b"-", theirs)
         assert mine == theirs, name
     assert here["report"].name == forked["report"].name == "report.html"
+
+
+def test_every_warm_up_names_a_function_of_its_parts_modules_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A misspelt warm-up would only be logged in the helper (warming up is optional): check here."""
+    monkeypatch.chdir(tmp_path)
+    for part in OUTPUT_PARTS.values():
+        for name in part.warm_ups:
+            module, _, function = name.partition(":")
+            assert module in part.modules, name
+            getattr(importlib.import_module(module), function)()
+    assert os.listdir(tmp_path) == []
 
 
 def test_dearest_profiles_start_first() -> None:

@@ -80,3 +80,45 @@ def test_a_helper_given_nothing_is_stopped_and_reaped() -> None:
     assert helper.pid is None
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # already reaped: no zombie left behind
+
+
+_WARMED: list[int] = []
+
+
+def warm_once() -> None:
+    """A warm-up the helper runs by name: it leaves a mark the call can see."""
+    _WARMED.append(os.getpid())
+
+
+def fail_to_warm() -> None:
+    raise RuntimeError("cannot warm up")
+
+
+def _write_marks(path: Path) -> None:
+    path.write_text(" ".join(map(str, _WARMED)))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_warm_ups_run_in_the_helper_before_the_call(tmp_path: Path) -> None:
+    helper = Prefork(["json"], warm_ups=[f"{__name__}:warm_once", f"{__name__}:warm_once"])
+    helper.submit(_write_marks, tmp_path / "marks")
+    helper.wait()
+    marks = (tmp_path / "marks").read_text().split()
+    assert len(marks) == 2 and marks[0] == marks[1] != str(os.getpid())
+    assert not _WARMED  # only the helper warmed up
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_failing_or_unknown_warm_up_does_not_stop_the_call(tmp_path: Path) -> None:
+    names = [f"{__name__}:fail_to_warm", "loadmaster_no_such_module:f", f"{__name__}:warm_once"]
+    helper = Prefork([], warm_ups=names)
+    helper.submit(_write_marks, tmp_path / "marks")
+    helper.wait()
+    assert len((tmp_path / "marks").read_text().split()) == 1  # the warm-ups after the failures ran
+
+
+def test_without_fork_warm_ups_are_not_run(tmp_path: Path) -> None:
+    helper = Prefork([], warm_ups=[f"{__name__}:warm_once"], fork=False)
+    helper.submit(_write_marks, tmp_path / "marks")
+    helper.wait()
+    assert (tmp_path / "marks").read_text() == ""  # the call ran here, cold, and wrote the same files

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model.job import PendingJob, RunningJob
+from loadmaster.model.job import PendingJob, RunningJob, job_group, job_user
 from loadmaster.model.node import NodeTable
 from loadmaster.model.resources import MILLI_PER_GPU
 from loadmaster.model.running import RunningSerials
@@ -18,8 +18,6 @@ from loadmaster.model.running import RunningSerials
 # map() with attribute getters: C loops over every running and waiting job (thousands on a large
 # cluster), where comprehensions step through Python for each.
 _JOB = operator.attrgetter("job")
-_USER = operator.attrgetter("user")
-_GROUP = operator.attrgetter("group")
 
 
 class MigView(Protocol):
@@ -106,12 +104,17 @@ class ClusterSnapshot:
             return self.pending_queues
         return frozenset(p.job.queue for p in self.pending)
 
+    def serials(self) -> npt.NDArray[np.int64] | None:
+        """``running_serials``' array, in ``running``'s order, or None where the driver keeps none."""
+        keeper = self.running_serials
+        return None if keeper is None else keeper.array()
+
     def owners(self) -> tuple[frozenset[str], frozenset[str]]:
         """The users and the groups with a job running or pending."""
         if self.active_owners is not None:
             return self.active_owners
         jobs = [*map(_JOB, self.running), *map(_JOB, self.pending)]
-        return frozenset(map(_USER, jobs)), frozenset(map(_GROUP, jobs))
+        return frozenset(map(job_user, jobs)), frozenset(map(job_group, jobs))
 
     @classmethod
     def empty(cls, nodes: NodeTable, pending: Collection[PendingJob] = ()) -> ClusterSnapshot:

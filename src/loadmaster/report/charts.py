@@ -319,3 +319,41 @@ def report_charts(
             "queue_length", runs, queue_series, "Queue length", "Waiting jobs (all queues)", integer=True
         ),
     )
+
+
+def sample_charts() -> tuple[Chart, ...]:
+    """One tiny chart of each kind and axis style the report draws (log x steps, log y bars,
+    integer panels), for a renderer to draw once ahead of the real charts.
+
+    Why: both renderers do much work only the first time (matplotlib's font and tick machinery,
+    plotly's validators are imported on first use), about a tenth to a fifth of a second each.
+    ``loadmaster simulate``'s output helpers draw these while the simulation runs, so that this
+    first-use work is off the path from the simulation's end to the command's.
+    """
+    x = np.array([0.1, 1.0, 10.0])
+    y = np.array([0.2, 0.6, 1.0])
+    line = Trace("sample", PALETTE[0], x, y, y + 0.1)
+    bars = Trace("sample", PALETTE[0], np.arange(2, dtype=np.float64), np.array([1.5, 2.0]))
+    return (
+        Chart("sample_steps", "steps", "steps", "x", "y", traces=(line,), x_log=True, y_range=(0.0, 1.02)),
+        Chart(
+            "sample_bars",
+            "bars",
+            "bars",
+            "x",
+            "y",
+            traces=(bars,),
+            categories=("1", "2"),
+            y_log=True,
+            y_range=(1.0, 3.0),
+        ),
+        Chart(
+            "sample_panels",
+            "panels",
+            "panels",
+            "x",
+            "y",
+            panels=(Panel("sample", PALETTE[0], line, 1.0),),
+            y_integer=True,
+        ),
+    )

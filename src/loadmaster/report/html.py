@@ -21,7 +21,7 @@ from plotly.subplots import make_subplots
 from loadmaster.metrics import GroupStats, RunSummary
 from loadmaster.metrics.reasons import wait_reasons
 from loadmaster.model.outcome import JobTable, Timeline
-from loadmaster.report.charts import Chart, Panel, order_size_labels, report_charts
+from loadmaster.report.charts import Chart, Panel, order_size_labels, report_charts, sample_charts
 
 PANEL_COLUMNS = 3
 """Panels per row of the small multiples (six policies: two rows of three)."""
@@ -354,6 +354,14 @@ def _figures(runs: HtmlRuns) -> list[go.Figure]:
     pairs = {policy: (table, timeline) for policy, (table, timeline, _) in runs.items()}
     by_size = {policy: summary.by_size for policy, (_, _, summary) in runs.items()}
     return [figure(chart) for chart in report_charts(pairs, by_size)]
+
+
+def warm_up() -> None:
+    """Build :func:`~loadmaster.report.charts.sample_charts` as figures and one as HTML: plotly's
+    first-use work (its validators and templates are imported when first set) then happens here,
+    not in the report's first figure."""
+    figures = [figure(chart) for chart in sample_charts()]
+    pio.to_html(figures[0], full_html=False, include_plotlyjs=False)
 
 
 def _figure_html(figures: list[go.Figure]) -> str:

@@ -8,9 +8,11 @@ pyplot, so that no global figure state leaks between calls or threads.
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -19,7 +21,10 @@ from matplotlib.ticker import MaxNLocator
 
 from loadmaster.metrics import GroupStats, summarize
 from loadmaster.model.outcome import JobTable, Timeline
-from loadmaster.report.charts import Chart, Panel, report_charts
+from loadmaster.report.charts import Chart, Panel, report_charts, sample_charts
+
+Target = Path | BinaryIO
+"""Where a PNG goes: a file, or a binary file object (the warm-up draws into memory)."""
 
 Runs = Mapping[str, tuple[JobTable, Timeline]]
 """Runs to compare, keyed by policy name, in the order they should be drawn."""
@@ -42,7 +47,7 @@ def _new_axes(chart: Chart) -> tuple[Figure, Axes]:
     return fig, ax
 
 
-def _save(fig: Figure, ax: Axes, path: Path) -> Path:
+def _save(fig: Figure, ax: Axes, path: Target) -> None:
     """Add a legend if anything was labelled (an empty one would warn), then write the PNG."""
     if ax.get_legend_handles_labels()[0]:
         # Outside the axes: inside, it hides bars and lines whatever corner it takes.
@@ -50,7 +55,6 @@ def _save(fig: Figure, ax: Axes, path: Path) -> Path:
     else:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
     fig.savefig(path, dpi=DPI)
-    return path
 
 
 def _axes_scales(ax: Axes, chart: Chart) -> None:
@@ -62,15 +66,15 @@ def _axes_scales(ax: Axes, chart: Chart) -> None:
         ax.set_ylim(*chart.y_range)
 
 
-def _draw_steps(chart: Chart, path: Path) -> Path:
+def _draw_steps(chart: Chart, path: Target) -> None:
     fig, ax = _new_axes(chart)
     _axes_scales(ax, chart)
     for trace in chart.traces:
         ax.step(trace.x, trace.y, where="post", label=trace.name, color=trace.color)
-    return _save(fig, ax, path)
+    _save(fig, ax, path)
 
 
-def _draw_bars(chart: Chart, path: Path) -> Path:
+def _draw_bars(chart: Chart, path: Target) -> None:
     fig, ax = _new_axes(chart)
     x = np.arange(len(chart.categories), dtype=np.float64)
     width = 0.8 / max(len(chart.traces), 1)
@@ -81,7 +85,7 @@ def _draw_bars(chart: Chart, path: Path) -> Path:
             ax.bar(x[shown] + offset, trace.y[shown], width, label=trace.name, color=trace.color)
     ax.set_xticks(x, list(chart.categories))
     _axes_scales(ax, chart)
-    return _save(fig, ax, path)
+    _save(fig, ax, path)
 
 
 def _draw_panel(ax: Axes, panel: Panel, chart: Chart) -> None:
@@ -109,7 +113,7 @@ def _draw_panel(ax: Axes, panel: Panel, chart: Chart) -> None:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _draw_panels(chart: Chart, path: Path) -> Path:
+def _draw_panels(chart: Chart, path: Target) -> None:
     """A panel per policy, all on the same axes, so that six policies stay readable."""
     count = max(len(chart.panels), 1)
     cols = min(PANEL_COLUMNS, count)
@@ -136,13 +140,23 @@ def _draw_panels(chart: Chart, path: Path) -> Path:
         axes[0].set_visible(True)
         axes[0].text(0.5, 0.5, "no data", ha="center", va="center", transform=axes[0].transAxes)
     fig.savefig(path, dpi=DPI)
-    return path
 
 
 def draw_png(chart: Chart, path: Path) -> Path:
     """Render ``chart`` as a PNG at ``path``; return the path."""
-    draw = {"steps": _draw_steps, "bars": _draw_bars, "panels": _draw_panels}[chart.kind]
-    return draw(chart, path)
+    _draw(chart, path)
+    return path
+
+
+def _draw(chart: Chart, target: Target) -> None:
+    {"steps": _draw_steps, "bars": _draw_bars, "panels": _draw_panels}[chart.kind](chart, target)
+
+
+def warm_up() -> None:
+    """Draw :func:`~loadmaster.report.charts.sample_charts` into memory: matplotlib's first-use
+    work (fonts, tick and text layout machinery) then happens here, not in the first real chart."""
+    for chart in sample_charts():
+        _draw(chart, io.BytesIO())
 
 
 def write_plots(

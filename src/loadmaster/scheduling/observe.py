@@ -139,7 +139,7 @@ def node_features(
     if running:
         # Serials only for a kept book: a fresh one adds every job anyway, and by object is cheaper.
         rows, weights, owners, ends = (
-            book.arrays(running, _serials(snapshot)) if book is not None else NodeRows().arrays(running)
+            book.arrays(running, snapshot.serials()) if book is not None else NodeRows().arrays(running)
         )
         # Only placements of jobs that end within the horizon add anything (the others add +0.0,
         # which changes no sum): on a large cluster, a small part of the running jobs.
@@ -154,11 +154,6 @@ def node_features(
             released[:, column] = np.bincount(rows, weights=added[:, column], minlength=len(free))
     features = (free[:, None] + released) / node_gpus[:, None]
     return np.clip(features, 0.0, 1.0).astype(np.float32)
-
-
-def _serials(snapshot: ClusterSnapshot) -> npt.NDArray[np.int64] | None:
-    keeper = snapshot.running_serials
-    return None if keeper is None else keeper.array()
 
 
 def user_shares(usage_gpu_s: Mapping[str, float], users: set[str]) -> dict[str, float]:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from loadmaster.model import ClusterSnapshot, Job, NodeTable, PendingJob
+from loadmaster.model.job import job_submit
 from loadmaster.scheduling.actions import admit, allocate, backfill, preempt
 from loadmaster.scheduling.decisions import Bind, CycleResult
 from loadmaster.scheduling.framework import BoolArray, CycleContext
@@ -315,7 +316,7 @@ def _in_submission_order(jobs: list[Job]) -> bool:
     only ties need the ids, compared as tuples.
     """
     if len(jobs) >= _ARRAY_CHECK_FROM:
-        steps = np.diff(np.fromiter(map(_SUBMIT, jobs), dtype=np.float64, count=len(jobs)))
+        steps = np.diff(np.fromiter(map(job_submit, jobs), dtype=np.float64, count=len(jobs)))
         if (steps > 0).all():
             return True
         if (steps < 0).any():
@@ -326,7 +327,6 @@ def _in_submission_order(jobs: list[Job]) -> bool:
 
 _ARRAY_CHECK_FROM = 64
 """Jobs from which :func:`_in_submission_order` compares arrays first (below, numpy's call costs more)."""
-_SUBMIT = operator.attrgetter("submit_s")
 
 
 def _first_waiting(session: Session) -> dict[str, str]:

@@ -120,12 +120,11 @@ class _Futures:
         ctx, decisions = self.session.ctx, self.session.decisions
         book = self.session.release_book
         if self._plan is None and self.plugin.fixed_running_estimates and isinstance(book, ReleaseBook):
-            serials = ctx.snapshot.running_serials  # the driver's numbers of the runs, if it keeps them
             self._plan = book.plan(
                 ctx.snapshot.running,
                 ctx.now,
                 lambda r: self.plugin.running_estimate_s(r, ctx),
-                serials=None if serials is None else serials.array(),
+                serials=ctx.snapshot.serials(),  # the driver's numbers of the runs, if it keeps them
             )
         if self._plan is None:
             running = list(ctx.snapshot.running)

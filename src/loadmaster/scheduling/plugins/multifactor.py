@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import Field
 
 from loadmaster.model import MILLI_PER_GPU, Job
+from loadmaster.model.job import job_group, job_submit, job_user
 from loadmaster.scheduling.framework import CycleContext, FloatArray, OrderPlugin
 
 Weight = Annotated[float, Field(ge=0)]
@@ -186,7 +187,7 @@ class Multifactor(OrderPlugin):
         every cycle), then summed with the same float operations in the same order."""
         c, factors = self.config, self.factors(ctx)
         n = len(jobs)
-        submit = np.fromiter(map(_SUBMIT, jobs), dtype=np.float64, count=n)
+        submit = np.fromiter(map(job_submit, jobs), dtype=np.float64, count=n)
         age = np.minimum(np.maximum(ctx.now - submit, 0.0) / c.max_age_s, 1.0)
         if factors.cluster_gpus > 0:
             tasks = np.fromiter(map(_TASKS, jobs), dtype=np.int64, count=n)
@@ -211,21 +212,18 @@ class Multifactor(OrderPlugin):
     def _fairshares(self, jobs: Sequence[Job], factors: CycleFactors) -> FloatArray:
         """:meth:`fairshare` of every job."""
         level = self.config.fairshare_level
-        user = _looked_up(factors.user_fairshare, map(_USER, jobs), 1.0) if level != "group" else None
-        group = _looked_up(factors.group_fairshare, map(_GROUP, jobs), 1.0) if level != "user" else None
+        user = _looked_up(factors.user_fairshare, map(job_user, jobs), 1.0) if level != "group" else None
+        group = _looked_up(factors.group_fairshare, map(job_group, jobs), 1.0) if level != "user" else None
         if user is None:
             assert group is not None
             return group
         return user if group is None else group * user
 
 
-_SUBMIT = operator.attrgetter("submit_s")
 _TASKS = operator.attrgetter("tasks")
 _REQUEST_MILLI = operator.attrgetter("request.gpu_milli")
 _QUEUE = operator.attrgetter("queue")
 _CLASS = operator.attrgetter("priority_class")
-_USER = operator.attrgetter("user")
-_GROUP = operator.attrgetter("group")
 
 
 def _looked_up(table: Mapping[str, float], keys: Iterator[str], default: float) -> FloatArray:
