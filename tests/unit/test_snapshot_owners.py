@@ -1,4 +1,5 @@
-"""The owners a simulated snapshot carries are those of its running and pending jobs, at every cycle.
+"""The owners a simulated snapshot carries, and what the running ones hold, are what its jobs say, at
+every cycle.
 
 The simulator counts users and groups as jobs arrive, start, end, are preempted and
 are evicted, so that a fair-share order need not read every running job of a
@@ -17,6 +18,9 @@ from loadmaster.config import load_cluster, load_profiles, load_workload
 from loadmaster.model import ClusterSnapshot
 from loadmaster.scheduling import Scheduler
 from loadmaster.scheduling.decisions import CycleResult
+from loadmaster.scheduling.framework import CycleContext
+from loadmaster.scheduling.plugins.drf import DominantResourceFairness, DrfArgs
+from loadmaster.scheduling.state import WorkingState
 from loadmaster.sim import SimOptions, simulate
 
 
@@ -30,8 +34,39 @@ class _Checking(Scheduler):
         read = dataclasses.replace(snapshot, active_owners=None).owners()
         assert counted == read, (now, counted, read)
         assert snapshot.active_owners is not None
+        assert snapshot.running_held is not None
+        users, groups = _summed(snapshot)
+        assert {k: list(v) for k, v in snapshot.running_held[0].items() if any(v)} == users, now
+        assert {k: list(v) for k, v in snapshot.running_held[1].items() if any(v)} == groups, now
+        kept = DominantResourceFairness(DrfArgs(level="both"))
+        read = DominantResourceFairness(DrfArgs(level="both"))
+        state = WorkingState.from_snapshot(snapshot)
+        ctx_kept = CycleContext(now=now, rng=rng, snapshot=snapshot, state=state)
+        unkept = dataclasses.replace(snapshot, running_held=None)
+        ctx_read = CycleContext(now=now, rng=rng, snapshot=unkept, state=state)
+        assert kept.shares(ctx_kept) == read.shares(ctx_read), now  # the same floats, to the bit
         _Checking.checked += 1
         return super().cycle(snapshot, now, rng)
+
+
+def _summed(snapshot: ClusterSnapshot) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """What each user and group holds, summed from the running jobs (owners holding nothing left out)."""
+    users: dict[str, list[int]] = {}
+    groups: dict[str, list[int]] = {}
+    for running in snapshot.running:
+        held = [
+            sum(p.gpu_milli * len(p.gpu_indices) for p in running.placements),
+            sum(p.cpu_milli for p in running.placements),
+            sum(p.memory_mib for p in running.placements),
+        ]
+        for sums, owner in ((users, running.job.user), (groups, running.job.group)):
+            total = sums.setdefault(owner, [0, 0, 0])
+            for i, amount in enumerate(held):
+                total[i] += amount
+    return (
+        {k: v for k, v in users.items() if any(v)},
+        {k: v for k, v in groups.items() if any(v)},
+    )
 
 
 @pytest.mark.parametrize(("name", "count"), [("slurm", 300), ("fair", 600)])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -84,6 +84,13 @@ class ClusterSnapshot:
     pods_free: npt.NDArray[np.int64] | None = None
     """Tasks each node may still take in all, whatever their size (Kubernetes ``allocatable.pods`` less
     the pods on the node, of every scheduler); None: no such limit. Read only."""
+
+    running_held: tuple[Mapping[str, Sequence[int]], Mapping[str, Sequence[int]]] | None = None
+    """What the running jobs of each user, and of each group, hold: milli-GPU of whole and shared
+    GPUs (MIG instances not counted), milli-CPU and memory MiB, summed by the driver as jobs start
+    and stop (None: a reader sums ``running``). A fair-share order needs them at every cycle, and a
+    large cluster runs thousands of jobs. Integer sums, so any order of adding gives the same
+    numbers; an owner with nothing running may be missing or hold zeros. Read only."""
 
     running_serials: RunningSerials | None = None
     """The running jobs' serial numbers (:mod:`loadmaster.model.running`), whose ``array()`` is in

@@ -74,6 +74,10 @@ class SimCluster:
         a fair-share order needs the owners with jobs at every cycle, and a large cluster runs
         thousands of jobs that a scheduler would otherwise read through to find a few dozen."""
         self.group_counts: Counter[str] = Counter()
+        self.user_held: dict[str, list[int]] = {}
+        """What each user's running jobs hold (``ClusterSnapshot.running_held``), and below each
+        group's: kept by :meth:`start` and :meth:`stop`, for the same reason as the counts."""
+        self.group_held: dict[str, list[int]] = {}
         self._views = tuple(
             _read_only(a)
             for a in (
@@ -101,6 +105,7 @@ class SimCluster:
             pending=self.pending.values(),
             pending_queues=frozenset(self.queue_counts),
             active_owners=(frozenset(self.user_counts), frozenset(self.group_counts)),
+            running_held=(self.user_held, self.group_held),
             usage_gpu_s=self.usage.view(now),
             recent_runtimes_s=self.recent_runtimes,
             mig=self.mig,
@@ -145,9 +150,13 @@ class SimCluster:
 
     def start(self, running: RunningJob) -> None:
         """``running`` runs from now on (its job no longer pending)."""
+        before = self.running.get(running.job.id)
+        if before is not None:  # a new run of a job still running replaces its holdings
+            self._hold(before, -1)
         self.running[running.job.id] = running
         self.serials.start(running.job.id, next_serial())
         self._count(running.job, 1)
+        self._hold(running, 1)
 
     def stop(self, job_id: str) -> RunningJob | None:
         """``job_id`` no longer runs (it ended, was evicted or preempted): its run, or None."""
@@ -155,7 +164,26 @@ class SimCluster:
         if running is not None:
             self.serials.stop(job_id)
             self._count(running.job, -1)
+            self._hold(running, -1)
         return running
+
+    def _hold(self, running: RunningJob, sign: int) -> None:
+        """Add ``sign`` x what ``running`` holds to its user's and group's sums; an owner left
+        holding nothing is dropped, so the sums stay the size of the running owners."""
+        gpu = cpu = memory = 0
+        for p in running.placements:
+            gpu += p.gpu_milli * len(p.gpu_indices)
+            cpu += p.cpu_milli
+            memory += p.memory_mib
+        for held, owner in ((self.user_held, running.job.user), (self.group_held, running.job.group)):
+            sums = held.get(owner)
+            if sums is None:
+                sums = held[owner] = [0, 0, 0]
+            sums[0] += sign * gpu
+            sums[1] += sign * cpu
+            sums[2] += sign * memory
+            if not any(sums):
+                del held[owner]
 
     def _count(self, job: Job, change: int) -> None:
         if change > 0:

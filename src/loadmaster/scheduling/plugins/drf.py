@@ -55,7 +55,7 @@ def held(job: RunningJob) -> tuple[float, float, float]:
     return float(gpu), float(cpu), float(memory)
 
 
-def dominant(usage: Mapping[str, list[float]], totals: npt.NDArray[np.float64]) -> dict[str, float]:
+def dominant(usage: Mapping[str, Sequence[float]], totals: npt.NDArray[np.float64]) -> dict[str, float]:
     """Each owner's largest share over the resources the cluster has (a resource it lacks is skipped)."""
     # Plain floats: a few owners of three numbers each, where numpy's per-call cost dominates
     # (the same IEEE divisions, so the same shares).
@@ -129,8 +129,15 @@ class DominantResourceFairness(OrderPlugin):
         """This cycle's shares, computed on first use."""
         cached = ctx.data.get(self.name)
         if not isinstance(cached, DominantShares):
-            self._held.prune(ctx.snapshot.running)
-            cached = dominant_shares(ctx.snapshot.running, ctx.snapshot.nodes, self._held)
+            snapshot = ctx.snapshot
+            if snapshot.running_held is not None:
+                # The driver's sums: integers, so the floats the jobs' sums would give (below 2**53)
+                users, groups = snapshot.running_held
+                totals = cluster_totals(snapshot.nodes)
+                cached = DominantShares(user=dominant(users, totals), group=dominant(groups, totals))
+            else:
+                self._held.prune(snapshot.running)
+                cached = dominant_shares(snapshot.running, snapshot.nodes, self._held)
             ctx.data[self.name] = cached
         return cached
 

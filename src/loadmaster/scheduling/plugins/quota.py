@@ -16,13 +16,14 @@ quota and quota is never mistaken for capacity.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import NonNegativeFloat
 
-from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, Job, PendingJob, RunningJob, TaskPlacement
+from loadmaster.model import MILLI_PER_GPU, Job, PendingJob, RunningJob, TaskPlacement
 from loadmaster.scheduling.framework import AdmitPlugin, CycleContext, VictimPlugin
 from loadmaster.scheduling.plugins.priority import default_classes, priority_value
 from loadmaster.scheduling.status import SUCCESS, Status, unresolvable, wait
@@ -103,6 +104,8 @@ class _Ledger:
     """GPUs each group holds in this cycle: the snapshot's, plus the binds of the cycle."""
 
     held: dict[str, float]
+    snapshot_held: dict[str, float] = field(default_factory=dict)
+    """``held`` as the cycle began (the snapshot's running jobs and bound tasks), before its binds."""
     bound_in_cycle: dict[str, float] = field(default_factory=dict)
     bound_pending: list[tuple[str, str, float]] = field(default_factory=list)
     """(job id, group, GPUs) of the snapshot's pending jobs with bound tasks (the same all cycle)."""
@@ -138,20 +141,6 @@ def gpus_left(pending: PendingJob) -> float:
     """GPUs the tasks still to be placed will hold (every task not yet bound)."""
     job = pending.job
     return job.request.gpu_milli * (job.tasks - len(pending.bound)) / MILLI_PER_GPU
-
-
-def held_by_group(running: Iterable[RunningJob], snapshot: ClusterSnapshot) -> dict[str, float]:
-    """GPUs each group holds: ``running`` jobs and the bound tasks of the snapshot's pending jobs."""
-    held: dict[str, float] = {}
-    seen: set[str] = set()
-    for job in running:
-        held[job.job.group] = held.get(job.job.group, 0.0) + placed_gpus(job.placements)
-        seen.add(job.job.id)
-    for pending in snapshot.pending:
-        if pending.bound and pending.job.id not in seen:  # a driver may list a partial gang in both
-            group = pending.job.group
-            held[group] = held.get(group, 0.0) + placed_gpus(pending.bound)
-    return held
 
 
 class _HeldMemo:
@@ -310,21 +299,26 @@ class Quota(AdmitPlugin, VictimPlugin):
         if not isinstance(found, _Ledger):
             snapshot = ctx.snapshot
             bound = [(p.job.id, p.job.group, placed_gpus(p.bound)) for p in snapshot.pending if p.bound]
-            found = _Ledger(held_by_group(snapshot.running, snapshot), bound_pending=bound)
+            held = self._held_by_group(snapshot.running, bound)
+            found = _Ledger(held, snapshot_held=dict(held), bound_pending=bound)
             ctx.data[self.name] = found
             self._held.prune(snapshot.running)
         return found
 
-    def _held_by_group(self, running: Sequence[RunningJob], ledger: _Ledger) -> dict[str, float]:
-        """:func:`held_by_group` of ``running`` and the cycle's snapshot, in the same order of sums
-        (so the same floats), with each job's GPUs remembered across calls and cycles."""
+    def _held_by_group(
+        self, running: Iterable[RunningJob], bound_pending: Sequence[tuple[str, str, float]]
+    ) -> dict[str, float]:
+        """GPUs each group holds: ``running`` jobs, then the bound tasks of the snapshot's pending
+        jobs (``bound_pending``) not among them (a driver may list a partial gang in both). Always
+        summed in that order, so the same jobs give the same floats; each running job's GPUs are
+        remembered across calls and cycles."""
         held: dict[str, float] = {}
         seen: set[str] = set()
         gpus = self._held.gpus
         for job in running:
             held[job.job.group] = held.get(job.job.group, 0.0) + gpus(job)
             seen.add(job.job.id)
-        for job_id, group, bound in ledger.bound_pending:
+        for job_id, group, bound in bound_pending:
             if job_id not in seen:
                 held[group] = held.get(group, 0.0) + bound
         return held
@@ -351,7 +345,12 @@ class Quota(AdmitPlugin, VictimPlugin):
         if memo is None or memo[0] is not running:
             old_enough = [r for r in running if ctx.now - r.start_s >= self.settings.min_runtime_s]
             old_enough.sort(key=_victim_order)
-            memo = ledger.reclaim_memo = (running, self._held_by_group(running, ledger), old_enough)
+            snapshot_running = ctx.snapshot.running
+            if len(running) == len(snapshot_running) and all(map(operator.is_, running, snapshot_running)):
+                held = ledger.snapshot_held  # the snapshot's jobs, in its order: the same sums
+            else:
+                held = self._held_by_group(running, ledger.bound_pending)
+            memo = ledger.reclaim_memo = (running, held, old_enough)
             ledger.victims.clear()
         # The answer reads the job's group and GPUs, the running list and the cycle's binds only.
         key = (pending.job.group, gpus_left(pending))
