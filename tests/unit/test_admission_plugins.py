@@ -327,6 +327,34 @@ def test_reclaim_evicts_a_borrower_so_that_a_group_gets_its_nominal() -> None:
     assert nodes_of(cluster, bind) == ["n1"]
 
 
+def test_waiting_jobs_of_one_group_and_size_ask_reclaim_once_per_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The preempt action asks the victim plugins once per ``victims_key`` until a bind or an
+    eviction: five lab-a jobs of 4 GPUs, each within lab-a's nominal, none able to start on the
+    full cluster, none with a borrower to reclaim from (lab-b holds its nominal, lab-z has no quota)."""
+    cluster = a_cluster().nodes(2, gpus=8).build()
+    held = [running(job_of("lab-b", 8, "b").build(), 0), running(job_of("lab-z", 8, "z").build(), 1)]
+    orgs = {"ai": {"groups": {"lab-a": {"nominal": 8}, "lab-b": {"nominal": 8}}}}
+    waiting = [job_of("lab-a", 4, f"a{i}").submitted(100 + i) for i in range(5)]
+    chosen = quota_profile({"orgs": orgs, "unknown_group": "allow"})
+    plugin = chosen.victims[0]
+    asked: list[str] = []
+    select = plugin.select_victims
+
+    def counted(
+        pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
+    ) -> Sequence[RunningJob]:
+        asked.append(pending.job.id)
+        return select(pending, running, ctx)
+
+    monkeypatch.setattr(plugin, "select_victims", counted)
+    result = cycle(chosen, snapshot_with(cluster, held, waiting), now=1200.0)
+    assert not result.binds and not [d for d in result.decisions if isinstance(d, Preempt)]
+    assert asked == ["a0"]
+    assert plugin.victims_key(PendingJob(waiting[3].build())) == ("lab-a", 4.0)
+
+
 # dedicated
 
 

@@ -302,3 +302,10 @@ class VictimPlugin(Plugin):
         self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
     ) -> Sequence[RunningJob]:
         raise NotImplementedError
+
+    def victims_key(self, pending: PendingJob) -> Hashable | None:
+        """What :meth:`select_victims` reads of ``pending``, where that is all it reads besides the
+        running list and the cluster (no bind or eviction in between): jobs with equal keys get
+        the same victims, so the ``preempt`` action asks once per key. None (the default): ask
+        for every job."""
+        return None

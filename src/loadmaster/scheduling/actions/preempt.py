@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacemen
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, known_refused, try_place
 from loadmaster.scheduling.decisions import Preempt
-from loadmaster.scheduling.framework import BoolArray
+from loadmaster.scheduling.framework import BoolArray, VictimPlugin
 from loadmaster.scheduling.placement import Scoring, place_job
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
@@ -43,12 +43,13 @@ def run(session: Session) -> None:
     # One list object until an eviction changes it: victim plugins may remember what they
     # computed from it (quota sums each group's GPUs once, not once per waiting job).
     running = list(session.ctx.snapshot.running)
+    asked = _Asked(session)
     for pending in _not_refused(session):
         if tried >= MAX_PREEMPTORS:
             return
         if pending.job.id in session.bound or not pending.job.may_preempt or not admit(session, pending).ok:
             continue
-        candidates = _candidates(session, pending, running)
+        candidates = asked.candidates(pending, running)
         if not candidates or _fits_now(session, pending, scoring):
             continue  # nobody to evict, or room enough already: it waits on something eviction cannot fix
         tried += 1
@@ -83,6 +84,34 @@ def _not_refused(session: Session) -> Iterator[PendingJob]:
                     return
                 refused = known[1]
                 break
+
+
+class _Asked:
+    """:func:`_candidates` remembered by the victim plugins' keys (``VictimPlugin.victims_key``)
+    while the state stays the same: a long queue has many jobs of one group and size, and each
+    would otherwise ask every plugin again (most get no victim: their group holds its share)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.keyed = all(
+            type(plugin).victims_key is not VictimPlugin.victims_key for plugin in session.profile.victims
+        )
+        self.version = session.state_version
+        self.found: dict[tuple[Hashable, ...], list[RunningJob]] = {}
+
+    def candidates(self, pending: PendingJob, running: list[RunningJob]) -> list[RunningJob]:
+        session = self.session
+        if not self.keyed:
+            return _candidates(session, pending, running)
+        key = tuple(plugin.victims_key(pending) for plugin in session.profile.victims)
+        if None in key:
+            return _candidates(session, pending, running)
+        if session.state_version != self.version:  # a bind or an eviction (a new running list)
+            self.version, self.found = session.state_version, {}
+        found = self.found.get(key)
+        if found is None:
+            found = self.found[key] = _candidates(session, pending, running)
+        return found
 
 
 def _candidates(session: Session, pending: PendingJob, running: list[RunningJob]) -> list[RunningJob]:

@@ -323,6 +323,10 @@ class Quota(AdmitPlugin, VictimPlugin):
                 held[group] = held.get(group, 0.0) + bound
         return held
 
+    def victims_key(self, pending: PendingJob) -> tuple[str, float]:
+        """Reclaim reads the job's group and the GPUs it still needs (see :meth:`select_victims`)."""
+        return (pending.job.group, gpus_left(pending))
+
     def select_victims(
         self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
     ) -> Sequence[RunningJob]:
@@ -353,7 +357,7 @@ class Quota(AdmitPlugin, VictimPlugin):
             memo = ledger.reclaim_memo = (running, held, old_enough)
             ledger.victims.clear()
         # The answer reads the job's group and GPUs, the running list and the cycle's binds only.
-        key = (pending.job.group, gpus_left(pending))
+        key = self.victims_key(pending)
         found = ledger.victims.get(key)
         if found is None:
             found = ledger.victims[key] = self._reclaimable(pending, quota, ledger, memo)
