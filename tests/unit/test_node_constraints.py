@@ -25,7 +25,7 @@ from loadmaster.model import (
     Taint,
     Toleration,
 )
-from loadmaster.scheduling import PluginSpec, Preempt
+from loadmaster.scheduling import PluginSpec, Preempt, Scheduler
 from loadmaster.scheduling.profile import with_plugins
 
 # ----------------------------------------------------------------------------- tolerations
@@ -127,6 +127,21 @@ def test_preferred_affinity_sums_the_weights_of_matching_terms() -> None:
 # ----------------------------------------------------------------------------- plugins in a cycle
 
 KUBE = ("fifo", "gang", "binpack", "node-unschedulable", "taint-toleration", "node-affinity")
+
+
+def test_one_scheduler_filters_again_when_the_node_table_changes() -> None:
+    """A scheduler keeps each shape's allowed nodes across cycles where every filter reads only the
+    job and the node table, but a live cluster's new table (a node cordoned since) is filtered anew."""
+    scheduler = Scheduler(profile(*KUBE))
+    rng = np.random.default_rng(0)
+    job = a_job("j").gpus(8)
+    open_table = a_cluster().node(a_node("n0")).node(a_node("n1")).build()
+    first = scheduler.cycle(a_snapshot(open_table).used("n1", 8).pending(job).build(), 0.0, rng)
+    assert nodes_of(open_table, bind_of(first, "j")) == ["n0"]
+    cordoned = a_cluster().node(a_node("n0").cordoned()).node(a_node("n1")).build()
+    second = scheduler.cycle(a_snapshot(cordoned).used("n1", 8).pending(job).build(), 60.0, rng)
+    assert bind_of(second, "j") is None  # with the first table's mask it would take n0 again
+    assert second.statuses["j"].reason.endswith("largest free block is 0 on n1")  # n0 is not looked at
 
 
 def _placed(cluster_nodes: list, job) -> tuple[list[str], str]:  # type: ignore[no-untyped-def,type-arg]

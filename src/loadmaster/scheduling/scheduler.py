@@ -65,6 +65,12 @@ class Scheduler:
         self._verdict_ids: dict[tuple[Hashable, int], int] = {}
         self._verdict_classes: list[tuple[Hashable, int]] = []
         self._flat: dict[int, Any] = {}
+        self._keeps_allowed = all(p.reads_nodes_only for p in profile.filters)
+        self._allowed: dict[Hashable, BoolArray | Status] = {}
+        """Each shape's allowed nodes (``Session.allowed``), kept across cycles for the node table
+        ``_allowed_for`` where every filter reads only the job and the node table: then a shape's
+        mask is the same at every cycle, and a long queue's shapes are not filtered again each cycle."""
+        self._allowed_for: NodeTable | None = None
         self._book = ReleaseBook()
         self._searches = SearchMemo()
         self._commits = any(p.commits_head for p in profile.order)
@@ -194,7 +200,7 @@ class Scheduler:
         if len(self._shape_ids) > _MEMO_LIMIT or len(self._verdict_ids) > _MEMO_LIMIT:
             # Shape numbers are interned: reset them all together, with the verdict classes,
             # which hold shape numbers.
-            self._shapes, self._shape_ids, self._static_of = {}, {}, {}
+            self._shapes, self._shape_ids, self._static_of, self._allowed = {}, {}, {}, {}
             self._verdict_keys, self._verdict_ids, self._verdict_classes = {}, {}, []
         for memo in (self._feasible, self._static_masks):
             if len(memo) > _MEMO_LIMIT:
@@ -209,6 +215,11 @@ class Scheduler:
         queues: frozenset[str],
     ) -> Session:
         ctx = CycleContext(now=now, rng=rng, snapshot=snapshot, state=WorkingState.from_snapshot(snapshot))
+        allowed: dict[Hashable, BoolArray | Status] = {}
+        if self._keeps_allowed:
+            if ctx.state.nodes is not self._allowed_for:  # a new node table (a live cluster changed)
+                self._allowed, self._allowed_for = {}, ctx.state.nodes
+            allowed = self._allowed
         return Session(
             ctx=ctx,
             profile=self.profile,
@@ -226,6 +237,7 @@ class Scheduler:
             flat_placements=self._flat,
             release_book=self._book,
             searches=self._searches,
+            allowed=allowed,
         )
 
     def _ordered(self, pending: Collection[PendingJob], ctx: CycleContext) -> Collection[PendingJob]:

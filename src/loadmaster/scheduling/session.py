@@ -58,7 +58,8 @@ class Session:
     searches: Any = None
     """The last cycle's reservation searches (reservation.SearchMemo), kept across cycles, or None."""
     allowed: dict[Hashable, BoolArray | Status] = field(default_factory=dict)
-    """Allowed nodes per job shape, for this cycle (filters do not read free resources)."""
+    """Allowed nodes per job shape (filters do not read free resources): for this cycle, or kept
+    across cycles by the scheduler where every filter reads only the job and the node table."""
     admit_keys: dict[str, tuple[Job, Hashable | None]] = field(default_factory=dict)
     """Each job's admission key (see allocate.admit), by job id, with the job object it was computed
     for (kept across cycles; only for jobs without bound tasks)."""
