@@ -180,3 +180,17 @@ def test_the_shipped_lab_habits_checkpoint_reads_the_history() -> None:
     policy = load_policy("lab-habits")
     assert policy.job_input_names == WITH_HISTORY and policy.uses_history
     assert policy.meta["command"].startswith("loadmaster rl rank-train --setup lab-habits --history")
+
+
+def test_cli_refuses_history_where_rows_are_not_jobs(tmp_path: Path) -> None:
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from conftest import reference_data  # noqa: PLC0415
+    from loadmaster.cli import app  # noqa: PLC0415
+
+    trace = reference_data("cloudsimpy/jobs.csv")
+    args = ["rl", "rank-train", "--setup", "deepjs", "--trace", str(trace), "--history"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "run")])
+    assert isinstance(result.exception, ConfigError) and "--history" in str(result.exception)
+    bad = CliRunner().invoke(app, ["rl", "rank-train", "--setup", "nope", "--out", str(tmp_path / "r")])
+    assert isinstance(bad.exception, ConfigError) and "lab-habits" in str(bad.exception)
