@@ -21,6 +21,13 @@ loads 0.9 and 1.1 with the held-out seeds of ``rl_vs_heuristics.py``
   SJBF with predictions, built here from ``sjf`` as a reference, not a shipped plugin;
 * ``sjf-clairvoyant-backfill``: ``sjf-backfill`` with every limit set to the true
   run time (not deployable: what perfect knowledge of run times gives).
+* ``learned-lab-habits``: the shipped ``lab-habits`` checkpoint (trained by
+  ranking on ``lab-habits`` with the user-history inputs, docs/learned.md) in
+  ``sjf-backfill``'s place: the learned order, the head reserves, EASY backfill.
+
+Targets (issue 24, item 4): on ``lab-habits`` at each load, ``learned-lab-habits``'s
+mean bounded slowdown (mean over the seeds) at least 10% below that of
+``sjf-backfill`` and of ``sjf-backfill+history``; ``pass`` per target.
 
 It also measures, with no simulation, how much the user history says about a
 job's run time: the rank correlation (Spearman) with the true run time of the
@@ -48,7 +55,7 @@ from loadmaster.scheduling import PluginSpec, Profile, build_profile
 from loadmaster.scheduling.framework import CycleContext
 from loadmaster.scheduling.plugins.sjf import ShortestJobFirst, SjfArgs
 from loadmaster.workload.habits import HISTORY_JOBS, rank_signal
-from results_io import held_out_args, provenance, seed_range, write_results
+from results_io import held_out_args, print_targets, provenance, seed_range, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "user_habits.json"
@@ -56,6 +63,12 @@ WORKLOADS = ("lab-habits", "lab")
 LOADS = (0.9, 1.1)
 CLAIRVOYANT = "sjf-clairvoyant-backfill"
 BASE = "sjf-backfill"
+LEARNED = "learned-lab-habits"
+CHECKPOINT = "lab-habits"
+TARGET_WORKLOAD = "lab-habits"
+TARGET_MARGIN = 0.10
+"""Issue 24, item 4: the learned order at least this much below each baseline's mean bounded slowdown."""
+BASELINES = (BASE, "sjf-backfill+history")
 
 
 class HistoryFirst(ShortestJobFirst):
@@ -99,7 +112,29 @@ def profiles() -> dict[str, Profile]:
         by_history, name="sjf-by-history+history", plugins=swapped
     )
     out[CLAIRVOYANT] = dataclasses.replace(out[BASE], name=CLAIRVOYANT)
+    learned = PluginSpec("learned", {"checkpoint": CHECKPOINT, "strict": True})
+    out[LEARNED] = build_profile(
+        LEARNED, list(actions), [learned, *plugins[1:]], source="benchmarks/user_habits.py"
+    )
     return out
+
+
+def targets(table: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, object]]:
+    """Per load and baseline on ``lab-habits``: 1 - learned / baseline (means over the seeds)."""
+    checks: dict[str, dict[str, object]] = {}
+    for at, per in table.items():
+        mine = per[LEARNED]["mean_bounded_slowdown"]
+        for base in BASELINES:
+            theirs = per[base]["mean_bounded_slowdown"]
+            margin = 1.0 - mine / theirs
+            checks[f"{LEARNED}_vs_{base}@{at}"] = {
+                "target": f">= {TARGET_MARGIN:.0%} lower mean bounded slowdown than {base} on "
+                f"{TARGET_WORKLOAD} at load {at}",
+                "measured": f"{mine:.3f} vs {theirs:.3f}: {margin:+.1%}",
+                "margin": margin,
+                "pass": margin >= TARGET_MARGIN,
+            }
+    return checks
 
 
 def predictability(jobs: Sequence[TraceJob]) -> dict[str, float]:
@@ -174,6 +209,8 @@ def main() -> None:
             for name, m in per.items():
                 margin = f"{m['margin_vs_sjf_backfill']:+.1%} ± {m['margin_stderr']:.1%}"
                 print(f"{name:<28}{m['mean_bounded_slowdown']:>8.3f}{margin:>18}{m['max_wait_h']:>12.1f}")
+    checks = targets(rows_by[TARGET_WORKLOAD])
+    print_targets(checks)
     result = {
         "benchmark": "user_habits",
         "command": f"python benchmarks/user_habits.py --seeds {args.seeds} --jobs {args.jobs}",
@@ -185,6 +222,7 @@ def main() -> None:
         "wall_s": round(time.perf_counter() - started, 1),
         "table": rows_by,
         "run_time_signal": signal,
+        "targets": checks,
     }
     write_results(RESULTS, ROOT, result, source)
 

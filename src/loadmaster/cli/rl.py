@@ -31,6 +31,7 @@ from loadmaster.rl.evaluate import (
     evaluate,
     learned_profiles,
 )
+from loadmaster.scheduling.policy_net import JOB_INPUTS, WITH_HISTORY
 from loadmaster.validation.deepjs.heuristics import heuristics
 from loadmaster.validation.deepjs_learned import TEST_CHUNKS, DeepJSChunks, compare_choosers
 from loadmaster.validation.rlscheduler import (
@@ -184,6 +185,7 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         str,
         typer.Option(
             help="lublin: the RLScheduler protocol on an SWF trace; lab: lab cluster + EASY; "
+            "lab-habits: the same on the workload whose users keep habits; "
             "deepjs: the DeepJS chunks (--trace: CloudSimPy's jobs.csv)"
         ),
     ] = "lublin",
@@ -211,6 +213,9 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         str | None,
         typer.Option(help="Run the rollouts on Ray: auto, local or a cluster ADDRESS (same result as local)"),
     ] = None,
+    history: Annotated[
+        bool, typer.Option(help="lublin, lab: also read each job's user's recent run time over limit")
+    ] = False,
 ) -> None:
     """Train the learned order by PPO over rankings, in the profile it will serve in (CPU; seeded)."""
     try:
@@ -227,16 +232,18 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         if setup == "deepjs":
             if before is not None or backfill:
                 raise ConfigError("rl rank-train", "--before/--backfill", "apply to the lublin setup only")
-            if init is not None:
-                raise ConfigError("rl rank-train", "--init", "starts a job-ranking policy (lublin, lab)")
+            if init is not None or history:
+                raise ConfigError(
+                    "rl rank-train", "--init/--history", "apply to job-ranking policies (lublin, lab)"
+                )
             episodes = DeepJSChunks(str(trace.resolve()))
             episodes.chunks()  # reads and checks the file now, not in a worker after the run began
         else:
             episodes = TraceWindows(str(trace.resolve()), jobs=jobs, backfill=backfill, before=before)
-    elif setup == "lab":
-        episodes = LabEpisodes(jobs=jobs)
+    elif setup in {"lab", "lab-habits"}:
+        episodes = LabEpisodes(jobs=jobs, workload=setup)
     else:
-        raise ConfigError("rl rank-train", "--setup", f"lublin, lab or deepjs, got {setup!r}")
+        raise ConfigError("rl rank-train", "--setup", f"lublin, lab, lab-habits or deepjs, got {setup!r}")
     config = RankConfig(
         seed=seed,
         updates=updates,
@@ -246,6 +253,7 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         lr=lr,
         workers=workers,
         init=init,
+        job_inputs=WITH_HISTORY if history else JOB_INPUTS,
     )
     command = _command("rank-train")
     _with_progress(

@@ -77,6 +77,9 @@ class ClusterSnapshot:
     """Past GPU-seconds with half-life decay, keyed ``user/<name>`` and ``group/<name>`` (fair share)."""
     recent_runtimes_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Run times of each user's most recent finished jobs, newest last (runtime prediction)."""
+    recent_limits_s: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """Requested time limits of the same jobs as ``recent_runtimes_s``, in the same order (how far
+    each user over-asks; empty where the driver does not keep them)."""
     mig: MigView | None = None
     """The MIG-mode GPUs with their layouts and free instances (None: no GPU is in MIG mode).
     A MIG-mode GPU shows 0 free in ``gpu_free_milli``: only MIG requests can use it. Read only."""

@@ -62,16 +62,26 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
 class Agent(nn.Module):
     """Score network (per job, shared weights), a learned score for waiting, and the critic."""
 
-    def __init__(self, spec: ObservationSpec, hidden: int = 64, width: int | None = None) -> None:
+    def __init__(
+        self,
+        spec: ObservationSpec,
+        hidden: int = 64,
+        width: int | None = None,
+        job_inputs: tuple[str, ...] = JOB_INPUTS,
+    ) -> None:
         super().__init__()
         self.spec = spec
         self.hidden = hidden
+        self.job_inputs = job_inputs
+        """The job inputs the score network reads (``policy_net``), recorded in the checkpoint."""
+        self.jobs_rows = width is None
+        """Whether the score network reads job rows (the plugin's), not another trainer's rows."""
         context = context_size(spec)
-        self.width = width or len(JOB_INPUTS) + context
+        self.width = width or len(job_inputs) + context
         """Inputs of the score network: a job's and the context's, unless another row is given."""
         self.score = _mlp([self.width, hidden, hidden, 1])
         self.wait = _mlp([context, hidden, 1])
-        self.value = _mlp([context + len(JOB_INPUTS), hidden, hidden, 1])
+        self.value = _mlp([context + len(job_inputs), hidden, hidden, 1])
 
     def logits(self, batch: Batch) -> torch.Tensor:
         """(B, K + 1) masked logits: job scores, then the wait score; invalid actions at -1e9."""
@@ -94,22 +104,35 @@ class Agent(nn.Module):
         linear = [m for m in self.score if isinstance(m, nn.Linear)]
         return [(m.weight.detach().numpy().T.copy(), m.bias.detach().numpy().copy()) for m in linear]
 
+    def inputs_meta(self) -> dict[str, Any]:
+        """What a checkpoint records of the job inputs: ``job_inputs`` where they are not the
+        original :data:`JOB_INPUTS` (so files written before the history inputs stay as they were)."""
+        return (
+            {"job_inputs": list(self.job_inputs)} if self.jobs_rows and self.job_inputs != JOB_INPUTS else {}
+        )
+
     def to_policy(self, meta: dict[str, Any] | None = None) -> PolicyNet:
         """The numpy policy the plugin would run (for tests and evaluation without a file)."""
         layers = tuple((w.astype(np.float32), b.astype(np.float32)) for w, b in self.score_layers())
-        return PolicyNet(layers, self.spec, dict(meta or {}))
+        return PolicyNet(layers, self.spec, {**(meta or {}), **self.inputs_meta()})
 
     def save(self, target: io.BufferedIOBase | io.BytesIO, meta: dict[str, Any]) -> None:
         """Write the checkpoint: score layers for serving, wait and value heads for resuming."""
         extra = {f"train.{key}": value.detach().numpy() for key, value in self.state_dict().items()}
-        save_policy(target, self.score_layers(), self.spec, {**meta, "hidden": self.hidden}, extra)
+        full = {**meta, "hidden": self.hidden, **self.inputs_meta()}
+        save_policy(target, self.score_layers(), self.spec, full, extra)
 
     @classmethod
     def load(cls, data: bytes, source: str) -> Agent:
         """An agent from checkpoint bytes (every head restored when the file has them)."""
         policy, arrays = read_policy(data, source)
         width = policy.meta.get("input_width") if policy.meta.get("inputs", JOBS) != JOBS else None
-        agent = cls(policy.spec, hidden=int(policy.meta.get("hidden", 64)), width=width)
+        agent = cls(
+            policy.spec,
+            hidden=int(policy.meta.get("hidden", 64)),
+            width=width,
+            job_inputs=policy.job_input_names,
+        )
         state = {
             key[len("train.") :]: torch.from_numpy(v) for key, v in arrays.items() if key.startswith("train.")
         }

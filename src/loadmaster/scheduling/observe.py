@@ -24,6 +24,10 @@ F32 = npt.NDArray[np.float32]
 
 JOB_FEATURES = ("present", "gpus", "time_limit", "wait", "user_usage", "fits")
 """Columns of a job row, in order."""
+HISTORY_FEATURES = ("run_over_limit", "history")
+"""Columns of a job's user-history row (:func:`history_features`), in order."""
+HISTORY_SEEN = 5
+"""Recent finished jobs of a user that ``history`` counts up to (the simulator keeps five)."""
 GLOBAL_FEATURES = ("queue_length", "allocation", "day_sin", "day_cos", "jobs_left")
 """Entries of the global vector, in order."""
 
@@ -194,6 +198,36 @@ def job_features(
             float(fits[i]) if fits is not None else 0.0,
         )
     return np.minimum(out, FEATURE_CAP)
+
+
+def history_features(jobs: Sequence[Job], snapshot: ClusterSnapshot) -> F32:
+    """One row per job (:data:`HISTORY_FEATURES`): what its user's recent finished jobs say.
+
+    ``run_over_limit`` is the median, over the user's recent finished jobs (at most
+    :data:`HISTORY_SEEN`), of run time over requested time limit, clipped to [0, 1] (a job runs no
+    longer than its limit); the median, because one crashed job should not make a user look
+    short. ``history`` is how many such jobs are known, over :data:`HISTORY_SEEN` (a confidence).
+    A user with none (or a driver that keeps no limits) gets the neutral row (1, 0): the limit is
+    then the best guess of the run time, as for shortest-requested-time-first.
+    """
+    out = np.zeros((len(jobs), len(HISTORY_FEATURES)), dtype=np.float32)
+    seen: dict[str, tuple[float, float]] = {}
+    for i, job in enumerate(jobs):
+        row = seen.get(job.user)
+        if row is None:
+            row = seen[job.user] = _user_history(
+                snapshot.recent_runtimes_s.get(job.user, ()), snapshot.recent_limits_s.get(job.user, ())
+            )
+        out[i] = row
+    return out
+
+
+def _user_history(runs: Sequence[float], limits: Sequence[float]) -> tuple[float, float]:
+    pairs = min(len(runs), len(limits), HISTORY_SEEN)
+    if pairs == 0:
+        return (1.0, 0.0)
+    ratios = [r / max(lim, 1.0) for r, lim in zip(runs[-pairs:], limits[-pairs:], strict=True)]
+    return (min(max(float(np.median(ratios)), 0.0), 1.0), pairs / HISTORY_SEEN)
 
 
 def global_features(

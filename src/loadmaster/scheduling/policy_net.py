@@ -42,7 +42,15 @@ AVX-512 machines); rounding makes two rows with the same inputs tie exactly on e
 the tie-break (submit time, id) decides, and the same trace gives the same schedule everywhere."""
 
 JOB_INPUTS = ("gpus", "log_limit_h", "log_wait", "log_wait_over_limit", "log_area", "user_usage")
-"""What the network reads of each job (derived from the job row of :mod:`observe`)."""
+"""What the network reads of each job (derived from the job row of :mod:`observe`): the inputs of
+every checkpoint whose ``meta`` names no ``job_inputs``."""
+HISTORY_INPUTS = ("user_run_over_limit", "log_predicted_h", "user_history")
+"""Inputs from the job's user's recent finished jobs (:func:`observe.history_features`): the median
+run time over limit, the log of the predicted run time (limit x that ratio) in hours, and how much
+history there is (0 to 1). A user with none reads (1, log of the limit, 0): the limit is the guess."""
+WITH_HISTORY = (*JOB_INPUTS, *HISTORY_INPUTS)
+"""The job inputs of checkpoints trained with user history (``meta.job_inputs``)."""
+KNOWN_JOB_INPUTS = frozenset(WITH_HISTORY)
 
 BUILTIN = {
     "lab": "learned-lab.npz",
@@ -50,6 +58,7 @@ BUILTIN = {
     "lab-family": "learned-lab-family.npz",
     "lublin": "learned-lublin.npz",
     "lublin-backfill": "learned-lublin-backfill.npz",
+    "lab-habits": "learned-lab-habits.npz",
 }
 """Checkpoints shipped in ``loadmaster/data/models``: name -> file."""
 
@@ -59,13 +68,28 @@ JOBS = "jobs"
 ``learned`` plugin needs; other trainers record their own rows and ``meta.input_width``."""
 
 
-def job_inputs(jobs: F32) -> F32:
-    """Network inputs per job from job rows (columns as ``observe.JOB_FEATURES``).
+def job_inputs(jobs: F32, history: F32 | None = None, names: tuple[str, ...] = JOB_INPUTS) -> F32:
+    """Network inputs per job from job rows (columns as ``observe.JOB_FEATURES``) and, for the
+    :data:`HISTORY_INPUTS`, user-history rows (``observe.HISTORY_FEATURES``), in ``names``' order.
 
     Logs, because time limits and waits span minutes to weeks; the wait over
     the time limit is how far the job's slowdown has already grown, the
-    quantity bounded slowdown punishes.
+    quantity bounded slowdown punishes. :data:`JOB_INPUTS` are computed exactly
+    as before the history inputs existed, so older checkpoints score the same.
     """
+    base = _base_inputs(jobs)
+    if names == JOB_INPUTS:
+        return base
+    if history is None:
+        history = np.tile(np.array([1.0, 0.0], dtype=np.float32), (len(jobs), 1))
+    ratio = history[:, 0].astype(np.float64)
+    limit_h = jobs[:, 2].astype(np.float64)
+    extra = np.stack([ratio, np.log1p(limit_h * ratio), history[:, 1].astype(np.float64)], axis=1)
+    every = np.concatenate([base, extra.astype(np.float32)], axis=1)
+    return every[:, [WITH_HISTORY.index(name) for name in names]]
+
+
+def _base_inputs(jobs: F32) -> F32:
     rows = jobs.astype(np.float64)
     gpus, limit_h, wait, usage = rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 4]
     return np.stack(
@@ -106,15 +130,27 @@ class PolicyNet:
     spec: ObservationSpec
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def scores(self, jobs: F32, nodes: F32, globals_: F32) -> F64:
-        """One score per job row (higher: start sooner)."""
-        return self.score_inputs(self.inputs(jobs, nodes, globals_))
+    @property
+    def job_input_names(self) -> tuple[str, ...]:
+        """The job inputs this network reads: ``meta.job_inputs``, else :data:`JOB_INPUTS`."""
+        return tuple(self.meta.get("job_inputs", JOB_INPUTS))
 
-    @staticmethod
-    def inputs(jobs: F32, nodes: F32, globals_: F32) -> F32:
-        """The network's input rows: each job's inputs with the shared context, (jobs, inputs)."""
+    @property
+    def uses_history(self) -> bool:
+        """Whether any input comes from the user's history (the caller then passes ``history``)."""
+        return any(name in HISTORY_INPUTS for name in self.job_input_names)
+
+    def scores(self, jobs: F32, nodes: F32, globals_: F32, history: F32 | None = None) -> F64:
+        """One score per job row (higher: start sooner)."""
+        return self.score_inputs(self.inputs(jobs, nodes, globals_, history))
+
+    def inputs(self, jobs: F32, nodes: F32, globals_: F32, history: F32 | None = None) -> F32:
+        """The network's input rows: each job's inputs with the shared context, (jobs, inputs).
+        ``history``: the jobs' user-history rows (``observe.history_features``); None reads as
+        users with no history."""
         ctx = context_inputs(nodes, globals_)
-        return np.concatenate([job_inputs(jobs), np.broadcast_to(ctx, (len(jobs), len(ctx)))], axis=1)
+        own = job_inputs(jobs, history, self.job_input_names)
+        return np.concatenate([own, np.broadcast_to(ctx, (len(jobs), len(ctx)))], axis=1)
 
     def score_inputs(self, x: F32) -> F64:
         """Scores of input rows from :meth:`inputs`, in float64 rounded to :data:`SCORE_DECIMALS`
@@ -178,7 +214,8 @@ def read_policy(data: bytes, source: str) -> tuple[PolicyNet, dict[str, F32]]:
     if not layers:
         raise ConfigError(source, "score.0.weight", "missing: the checkpoint has no score network")
     inputs = meta.get("inputs", JOBS)
-    expected = len(JOB_INPUTS) + context_size(spec) if inputs == JOBS else meta.get("input_width")
+    names = _job_input_names(meta, source)
+    expected = len(names) + context_size(spec) if inputs == JOBS else meta.get("input_width")
     if not isinstance(expected, int):
         raise ConfigError(source, "meta.input_width", f"the width of {inputs!r} rows is missing")
     if layers[0][0].shape[0] != expected or layers[-1][0].shape[1] != 1:
@@ -188,6 +225,18 @@ def read_policy(data: bytes, source: str) -> tuple[PolicyNet, dict[str, F32]]:
             f"shape {layers[0][0].shape} does not take {expected} inputs to one score",
         )
     return PolicyNet(tuple(layers), spec, meta), arrays
+
+
+def _job_input_names(meta: dict[str, Any], source: str) -> tuple[str, ...]:
+    """``meta.job_inputs`` checked (absent: :data:`JOB_INPUTS`, what every older checkpoint read)."""
+    names = meta.get("job_inputs", list(JOB_INPUTS))
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(source, "meta.job_inputs", f"a list of input names, got {names!r}")
+    unknown = sorted(set(names) - KNOWN_JOB_INPUTS)
+    if unknown or len(set(names)) != len(names):
+        allowed = ", ".join(WITH_HISTORY)
+        raise ConfigError(source, "meta.job_inputs", f"distinct names among {allowed}; got {names!r}")
+    return tuple(names)
 
 
 @lru_cache(maxsize=16)

@@ -52,6 +52,8 @@ class SimCluster:
         self.mig = mig
         self.usage = UsageLedger(half_life_s)
         self.recent_runtimes: dict[str, tuple[float, ...]] = {}
+        self.recent_limits: dict[str, tuple[float, ...]] = {}
+        """The time limits of the jobs of ``recent_runtimes``, in the same order."""
         self.history_jobs = history_jobs
         self.gpu_free = np.where(nodes.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
         for node, gpu in mig.gpus if mig is not None else ():
@@ -108,6 +110,7 @@ class SimCluster:
             running_held=(self.user_held, self.group_held),
             usage_gpu_s=self.usage.view(now),
             recent_runtimes_s=self.recent_runtimes,
+            recent_limits_s=self.recent_limits,
             mig=self.mig,
             service_s=self.service,
             running_serials=self.serials,
@@ -129,6 +132,8 @@ class SimCluster:
         if finished:
             past = self.recent_runtimes.get(running.job.user, ())
             self.recent_runtimes[running.job.user] = (*past, now - running.start_s)[-self.history_jobs :]
+            limits = self.recent_limits.get(running.job.user, ())
+            self.recent_limits[running.job.user] = (*limits, running.job.time_limit_s)[-self.history_jobs :]
         return gpu_s
 
     def requeue(self, pending: PendingJob) -> None:

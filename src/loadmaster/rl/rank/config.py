@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.errors import ConfigError
+from loadmaster.scheduling.policy_net import JOB_INPUTS, KNOWN_JOB_INPUTS
 
 F32 = npt.NDArray[np.float32]
 Layers = tuple[tuple[F32, F32], ...]
@@ -48,6 +49,9 @@ class RankConfig:
     init: str | None = None
     """Start from this checkpoint's score network instead (a shipped name or a ``.npz`` path; the
     plugin's job inputs, ``hidden`` units): fine-tuning an existing policy in this profile."""
+    job_inputs: tuple[str, ...] = JOB_INPUTS
+    """The job inputs of the score network (``policy_net``; ``WITH_HISTORY`` adds the user's
+    history), recorded in the checkpoint. Episodes that play themselves bring their own rows."""
     validation: int = 8
     """Held-back training sequences played greedily after each update; the best update is kept."""
     workers: int = 2
@@ -58,6 +62,15 @@ class RankConfig:
         for name in ("updates", "sequences", "epochs", "minibatch", "workers", "hidden", "validation"):
             if getattr(self, name) < 1:
                 raise ConfigError("RankConfig", name, f"must be >= 1, got {getattr(self, name)}")
+        unknown = sorted(set(self.job_inputs) - KNOWN_JOB_INPUTS)
+        if (
+            unknown
+            or len(set(self.job_inputs)) != len(self.job_inputs)
+            or "log_limit_h" not in self.job_inputs
+        ):
+            raise ConfigError(
+                "RankConfig", "job_inputs", f"distinct known inputs with log_limit_h, got {self.job_inputs}"
+            )
         if self.samples < 2:
             raise ConfigError("RankConfig", "samples", f"must be >= 2 (leave-one-out), got {self.samples}")
         if not self.explore > 0:

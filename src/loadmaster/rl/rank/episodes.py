@@ -117,18 +117,22 @@ def to_go(played: Played, times: npt.NDArray[np.float64]) -> npt.NDArray[np.floa
 
 @dataclass(frozen=True, slots=True)
 class LabEpisodes:
-    """The built-in workload on the lab cluster, gang + bin packing + EASY backfill, as the
-    ``learned`` profile with backfilling serves."""
+    """A built-in workload on the lab cluster, gang + bin packing + EASY backfill, as the
+    ``learned`` profile with backfilling serves (the learned order in ``sjf-backfill``'s place)."""
 
     jobs: int = 512
     loads: tuple[float, ...] = (0.9, 1.1)
     commits: bool = False
+    workload: str = "lab"
+    """The built-in workload drawn (``lab``; ``lab-habits``: users who keep habits)."""
 
     def episode(self, stream: int, index: int) -> Episode:
         rng = np.random.default_rng([stream, index])
         cluster = _lab_cluster()
         load = self.loads[index % len(self.loads)]
-        sample = load_workload("lab", cluster, jobs=self.jobs, load=load, seed=int(rng.integers(2**31 - 1)))
+        sample = load_workload(
+            self.workload, cluster, jobs=self.jobs, load=load, seed=int(rng.integers(2**31 - 1))
+        )
         return cluster.nodes, sample.jobs, SimOptions(seed=int(rng.integers(2**31 - 1)))
 
     def profile(self, checkpoint: str, explore: float) -> Profile:

@@ -15,7 +15,7 @@ from loadmaster.rl.rank.episodes import ChoiceEpisodes, Played, Source
 from loadmaster.scheduling import Scheduler
 from loadmaster.scheduling.observe import ObservationSpec
 from loadmaster.scheduling.plugins.learned import Learned, RankedCycle
-from loadmaster.scheduling.policy_net import PolicyNet
+from loadmaster.scheduling.policy_net import JOB_INPUTS, PolicyNet
 from loadmaster.sim import simulate
 
 
@@ -30,6 +30,8 @@ class RolloutTask:
     index: int
     explore: float
     noise: int
+    job_inputs: tuple[str, ...] = JOB_INPUTS
+    """The score network's job inputs (``policy_net``)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,7 +62,8 @@ def play_episode(task: RolloutTask) -> Played:
     plugin = prof.order[0]
     if not isinstance(plugin, Learned):
         raise TypeError("the rank profile's order plugin must be learned")
-    plugin.policy = PolicyNet(task.layers, task.spec)
+    meta = {} if task.job_inputs == JOB_INPUTS else {"job_inputs": list(task.job_inputs)}
+    plugin.policy = PolicyNet(task.layers, task.spec, meta)
     cycles: list[RankedCycle] = []
     if task.explore > 0:
         plugin.recorder = cycles.append

@@ -14,6 +14,10 @@ not only the first ``window`` jobs in submission order (a deeper queue only
 gives it more short jobs to pick), and it scores once per cycle rather than
 after each start (the context changes little within one instant).
 
+A checkpoint trained with user-history inputs (``meta.job_inputs``, see
+``policy_net.HISTORY_INPUTS``) also reads each job's user's recent finished
+jobs from the snapshot (``observe.history_features``); others never do.
+
 For training by ranking (``loadmaster.rl.rank``), ``explore`` > 0 samples
 the order instead: Gumbel noise of that scale on the scores, which draws a
 ranking from the Plackett-Luce distribution of ``scores / explore``, seeded by
@@ -40,14 +44,21 @@ import numpy.typing as npt
 
 from loadmaster.model import Job
 from loadmaster.scheduling.framework import CycleContext, OrderPlugin
-from loadmaster.scheduling.observe import NodeRows, global_features, job_features, node_features
+from loadmaster.scheduling.observe import (
+    NodeRows,
+    global_features,
+    history_features,
+    job_features,
+    node_features,
+)
 from loadmaster.scheduling.policy_net import PolicyNet, load_policy
 
 
 @dataclass(frozen=True, slots=True)
 class LearnedArgs:
     checkpoint: str = "lab"
-    """A shipped checkpoint (lab, lab-fair) or the path of a ``.npz`` from ``loadmaster rl train``."""
+    """A shipped checkpoint (``policy_net.BUILTIN``: lab, lab-fair, lab-habits, ...) or the path of a
+    ``.npz`` from ``loadmaster rl train`` or ``rl rank-train``."""
     starvation_s: float | None = None
     """Jobs that have waited at least this long go first, oldest first (None: never)."""
     strict: bool = False
@@ -104,6 +115,7 @@ class Learned(OrderPlugin):
             job_features(jobs, snapshot, now, spec),
             node_features(snapshot, now, spec, self._node_rows),
             global_features(snapshot, now, spec),
+            history_features(jobs, snapshot) if self.policy.uses_history else None,
         )
         scores = self.policy.score_inputs(inputs)
         if self.settings.explore > 0:
