@@ -405,7 +405,7 @@ def targets(rows: Sequence[Mapping[str, object]]) -> dict[str, dict[str, object]
 
 def print_table(rows: Sequence[Mapping[str, object]]) -> None:
     print(
-        f"\n{'test workload':<22}{'mode':<13}{'ckpt':<17}{'best heur.':<7}{'bsld':>9}{'learned':>9}"
+        f"\n{'test workload':<22}{'mode':<13}{'ckpt':<21}{'best heur.':<7}{'bsld':>9}{'learned':>9}"
         f"{'advantage':>11}{'95% CI':>9}{'<=2%':>6}  {'best clairvoyant':<28}{'share':>7}"
     )
     for r in rows:
@@ -414,7 +414,7 @@ def print_table(rows: Sequence[Mapping[str, object]]) -> None:
         best, ceiling, share = str(r["best_heuristic"]), str(r["best_clairvoyant"]), r["headroom_share"]
         name = str(r["workload"]) + ("" if r["counted"] else " *")
         print(
-            f"{name:<22}{_mode(bool(r['backfill'])):<13}{r['checkpoint']!s:<17}{best:<7}"
+            f"{name:<22}{_mode(bool(r['backfill'])):<13}{r['checkpoint']!s:<21}{best:<7}"
             f"{means[best]:>9.3f}{means['learned']:>9.3f}{float(r['advantage']):>+11.1%}"  # type: ignore[arg-type]
             f"{'±':>4}{float(r['advantage_ci95']):>5.1%}{'yes' if r['within_2pct'] else 'NO':>6}"  # type: ignore[arg-type]
             f"  {ceiling + f' {means[ceiling]:.3f}':<28}"
