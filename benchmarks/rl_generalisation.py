@@ -44,13 +44,17 @@ Targets (issue 24, item 2), each with and without backfilling, over the counted 
 * ``ahead_on_average``: the mean of learned's advantages is above zero.
 
     python benchmarks/rl_generalisation.py [--seeds 10000-10004] [--jobs 1024] [--loads 0.9,1.1]
-        [--workers 2] [--families a,b] [--sequences 10] [--lab-checkpoint lab] [--quick]
+        [--workers 2] [--families a,b] [--sequences 10] [--lab-checkpoint lab]
+        [--lab-backfill-checkpoint NAME] [--modes no-backfill,backfill] [--quick]
 
 Prints a table and writes benchmarks/results/rl_generalisation.json and rl_generalisation.png
 (``--quick``: one family, one load, one seed, 256 jobs and two sequences, written under the
 system's temporary folder unless ``--out`` says where). ``--lab-checkpoint`` names another
 checkpoint for the lab rows (a shipped name or a ``.npz`` path; ``lab-family`` was trained on the
-``lab`` training family, docs/learned.md); ``--sequences 0`` leaves the SWF rows out.
+``lab`` training family, docs/learned.md) and ``--lab-backfill-checkpoint`` another for the lab
+rows with backfilling (``lab-family-backfill`` was trained by ranking on the family in that
+profile); ``--sequences 0`` leaves the SWF rows out, and then ``--modes backfill`` (or
+``no-backfill``) runs the lab rows in that mode only.
 """
 
 from __future__ import annotations
@@ -99,6 +103,8 @@ CLAIRVOYANT = tuple(f"clairvoyant:{key}" for key in KEYS)
 POLICIES = ("learned", *HEURISTICS, *CLAIRVOYANT)
 MODES = (False, True)
 """Without and with EASY backfilling."""
+MODE_NAMES = ("no-backfill", "backfill")
+"""The modes as ``--modes`` names them (in the order of :data:`MODES`)."""
 
 
 @dataclass(frozen=True)
@@ -223,21 +229,28 @@ def swf_profiles(backfill: bool) -> dict[str, Profile]:
     return out
 
 
-LabTask = tuple[str, float, int, int, str]
-"""(family, load, seed, jobs, checkpoint of the learned order)."""
+Checkpoints = tuple[tuple[bool, str], ...]
+"""The modes a lab task runs, each with the checkpoint of its learned order: (backfill, checkpoint)."""
+LabTask = tuple[str, float, int, int, str | Checkpoints]
+"""(family, load, seed, jobs, the learned order's checkpoint in both modes or per mode run)."""
 SwfTask = tuple[str, int, int]
 """(SWF row, first job of the sequence, jobs)."""
 
 
+def per_mode(learned: str | Checkpoints) -> Checkpoints:
+    """(backfill, checkpoint) of every mode a lab task runs: a single name runs both modes."""
+    return tuple((backfill, learned) for backfill in MODES) if isinstance(learned, str) else learned
+
+
 def lab_task(task: LabTask) -> list[Measured]:
-    """Every policy in both modes on one sampled lab workload: a worker's task."""
+    """Every policy, in both modes or those named, on one sampled lab workload: a worker's task."""
     family, load, seed, jobs, learned = task
     cluster = load_cluster("lab")
     sample = load_workload(LAB_FAMILIES[family].spec, cluster, jobs=jobs, load=load, seed=seed).jobs
     exact = exact_limits(sample)
     out = []
-    for backfill in MODES:
-        for name, profile in lab_profiles(backfill, learned).items():
+    for backfill, checkpoint_ in per_mode(learned):
+        for name, profile in lab_profiles(backfill, checkpoint_).items():
             given = exact if name in CLAIRVOYANT else sample
             result = simulate(cluster.nodes, Scheduler(profile), given, SimOptions(seed=seed))
             bsld = summarize(result.jobs, result.timeline).mean_bounded_slowdown
@@ -286,11 +299,17 @@ def run_task(task: LabTask | SwfTask) -> list[Measured]:
     return lab_task(task) if len(task) == 5 else swf_task(task)
 
 
-def checkpoint(workload: str, backfill: bool, lab: str = "lab") -> str:
-    """The checkpoint that a test workload's learned row runs (``lab``: the lab rows')."""
+def checkpoint(workload: str, backfill: bool, lab: str = "lab", lab_backfill: str | None = None) -> str:
+    """The checkpoint that a test workload's learned row runs (``lab``: the lab rows';
+    ``lab_backfill``: the lab rows' with backfilling, if not ``lab``)."""
     if workload.split("@", maxsplit=1)[0] in LAB_FAMILIES:
-        return lab
+        return lab_rows_checkpoint(backfill, lab, lab_backfill)
     return rlscheduler.SHIPPED_CHECKPOINTS[backfill]
+
+
+def lab_rows_checkpoint(backfill: bool, lab: str, lab_backfill: str | None) -> str:
+    """The checkpoint of the lab rows in one mode: ``lab_backfill`` with backfilling if given."""
+    return lab_backfill if backfill and lab_backfill is not None else lab
 
 
 def counted(workload: str) -> bool:
@@ -305,14 +324,18 @@ def describe(workload: str) -> str:
     return LAB_FAMILIES[workload.split("@", maxsplit=1)[0]].differs
 
 
-def summarise(measured: Sequence[Measured], lab: str = "lab") -> list[dict[str, object]]:
-    """One row per test workload and mode: means, the best heuristic, learned's advantage over it
-    (on the means; per seed or sequence, with the half-width of a 95% interval of their mean), the
-    best clairvoyant order and the share of headroom."""
+def summarise(
+    measured: Sequence[Measured], lab: str = "lab", lab_backfill: str | None = None
+) -> list[dict[str, object]]:
+    """One row per test workload and mode measured: means, the best heuristic, learned's advantage
+    over it (on the means; per seed or sequence, with the half-width of a 95% interval of their
+    mean), the best clairvoyant order and the share of headroom."""
     rows: list[dict[str, object]] = []
     for workload in dict.fromkeys(m.workload for m in measured):
         for backfill in MODES:
             mine = [m for m in measured if m.workload == workload and m.backfill == backfill]
+            if not mine:
+                continue
             units = sorted({m.unit for m in mine})
             bsld = {p: {m.unit: m.bsld for m in mine if m.policy == p} for p in POLICIES}
             means = {p: statistics.fmean(bsld[p][u] for u in units) for p in POLICIES}
@@ -332,7 +355,7 @@ def summarise(measured: Sequence[Measured], lab: str = "lab") -> list[dict[str, 
                     "workload": workload,
                     "what": describe(workload),
                     "backfill": backfill,
-                    "checkpoint": checkpoint(workload, backfill, lab),
+                    "checkpoint": checkpoint(workload, backfill, lab, lab_backfill),
                     "counted": counted(workload),
                     "units": units,
                     "mean_bounded_slowdown": means,
@@ -382,7 +405,7 @@ def targets(rows: Sequence[Mapping[str, object]]) -> dict[str, dict[str, object]
 
 def print_table(rows: Sequence[Mapping[str, object]]) -> None:
     print(
-        f"\n{'test workload':<22}{'mode':<13}{'ckpt':<17}{'best heur.':<7}{'bsld':>9}{'learned':>9}"
+        f"\n{'test workload':<22}{'mode':<13}{'ckpt':<21}{'best heur.':<7}{'bsld':>9}{'learned':>9}"
         f"{'advantage':>11}{'95% CI':>9}{'<=2%':>6}  {'best clairvoyant':<28}{'share':>7}"
     )
     for r in rows:
@@ -391,7 +414,7 @@ def print_table(rows: Sequence[Mapping[str, object]]) -> None:
         best, ceiling, share = str(r["best_heuristic"]), str(r["best_clairvoyant"]), r["headroom_share"]
         name = str(r["workload"]) + ("" if r["counted"] else " *")
         print(
-            f"{name:<22}{_mode(bool(r['backfill'])):<13}{r['checkpoint']!s:<17}{best:<7}"
+            f"{name:<22}{_mode(bool(r['backfill'])):<13}{r['checkpoint']!s:<21}{best:<7}"
             f"{means[best]:>9.3f}{means['learned']:>9.3f}{float(r['advantage']):>+11.1%}"  # type: ignore[arg-type]
             f"{'±':>4}{float(r['advantage_ci95']):>5.1%}{'yes' if r['within_2pct'] else 'NO':>6}"  # type: ignore[arg-type]
             f"  {ceiling + f' {means[ceiling]:.3f}':<28}"
@@ -400,13 +423,14 @@ def print_table(rows: Sequence[Mapping[str, object]]) -> None:
     print("* in-family reference (the training trace's evaluation sequences): not counted")
 
 
-def plot(rows: Sequence[Mapping[str, object]], path: Path, lab_checkpoint: str = "lab") -> None:
-    """Learned's advantage over the best heuristic per test workload, with and without backfill."""
+def plot(rows: Sequence[Mapping[str, object]], path: Path) -> None:
+    """Learned's advantage over the best heuristic per test workload, in each mode of the rows."""
     names = list(dict.fromkeys(str(r["workload"]) for r in rows))
+    modes = [backfill for backfill in MODES if any(r["backfill"] == backfill for r in rows)]
     fig = Figure(figsize=(9.0, 0.45 * len(names) + 1.8), layout="constrained")
     ax = fig.add_subplot()
-    height = 0.4
-    for i, backfill in enumerate(MODES):
+    height = 0.8 / len(modes)
+    for i, backfill in enumerate(modes):
         values = {str(r["workload"]): 100 * float(r["advantage"]) for r in rows if r["backfill"] == backfill}  # type: ignore[arg-type]
         ax.barh(
             [k + i * height for k in range(len(names))],
@@ -417,14 +441,14 @@ def plot(rows: Sequence[Mapping[str, object]], path: Path, lab_checkpoint: str =
     ax.axvline(0, color="grey", linewidth=0.8)
     ax.axvline(-100 * BEHIND_AT_MOST, color="black", linestyle="--", label="2% behind (the limit asked)")
     labels = [n if counted(n) else f"{n}, not counted" for n in names]
-    ax.set_yticks([k + height / 2 for k in range(len(names))], labels)
+    ax.set_yticks([k + height * (len(modes) - 1) / 2 for k in range(len(names))], labels)
     ax.invert_yaxis()
     ax.set_xlabel("learned ahead of the best of FCFS, SJF and F1 (% of its mean bounded slowdown)")
-    shipped = lab_checkpoint == "lab"
+    lab = list(dict.fromkeys(str(r["checkpoint"]) for r in rows if str(r["workload"]) not in SWF_ROWS))
     ax.set_title(
         "Shipped learned orders on held-out workloads"
-        if shipped
-        else f"Checkpoint {lab_checkpoint} (lab rows) on held-out workloads"
+        if lab in ([], ["lab"])
+        else f"Checkpoint {' / '.join(lab)} (lab rows) on held-out workloads"
     )
     fig.legend(loc="outside lower center", ncols=3, fontsize=8)
     fig.savefig(path, dpi=110)
@@ -446,6 +470,16 @@ def main() -> None:
     parser.add_argument(
         "--lab-checkpoint", default="lab", help="checkpoint of the lab rows: a shipped name or a .npz path"
     )
+    parser.add_argument(
+        "--lab-backfill-checkpoint",
+        default=None,
+        help="checkpoint of the lab rows with backfilling (default: --lab-checkpoint)",
+    )
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODE_NAMES),
+        help="modes of the lab rows, comma-separated: no-backfill, backfill (one mode needs --sequences 0)",
+    )
     args = parser.parse_args()
     swf_jobs = rlscheduler.SEQUENCE_JOBS
     swf_rows = list(SWF_ROWS)
@@ -464,28 +498,46 @@ def main() -> None:
     unknown = [f for f in families if f not in LAB_FAMILIES]
     if unknown:
         parser.error(f"unknown families {unknown}; known: {', '.join(LAB_FAMILIES)}")
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or any(m not in MODE_NAMES for m in modes):
+        parser.error(f"--modes: one or both of {', '.join(MODE_NAMES)}, got {args.modes!r}")
+    if len(set(modes)) < len(MODES) and args.sequences:
+        parser.error("--modes with one mode runs lab rows only: add --sequences 0")
+    runs: Checkpoints = tuple(
+        (backfill, lab_rows_checkpoint(backfill, args.lab_checkpoint, args.lab_backfill_checkpoint))
+        for backfill in MODES
+        if _mode(backfill) in modes
+    )
     source = provenance(ROOT)
     starts = rlscheduler.SEQUENCE_STARTS[: args.sequences]
     todo: list[LabTask | SwfTask] = [
-        (family, load, seed, args.jobs, args.lab_checkpoint)
+        (family, load, seed, args.jobs, runs)
         for family in families
         for load, seed, _ in lab_cells.cells(args)
     ]
     todo += [(row, start, swf_jobs) for row in swf_rows for start in starts]
     started, cpu = time.perf_counter(), cpu_seconds()
-    rows = summarise(lab_cells.simulate(run_task, todo, args.workers), args.lab_checkpoint)
+    rows = summarise(
+        lab_cells.simulate(run_task, todo, args.workers), args.lab_checkpoint, args.lab_backfill_checkpoint
+    )
     print_table(rows)
     checks = targets(rows)
     print_targets(checks)
     figure = args.out.with_suffix(".png")
     figure.parent.mkdir(parents=True, exist_ok=True)
-    plot(rows, figure, args.lab_checkpoint)
+    plot(rows, figure)
     command = (
         "python benchmarks/rl_generalisation.py --quick"
         if args.quick
         else lab_cells.command("rl_generalisation.py", args)
         + f" --families {','.join(families)} --sequences {args.sequences}"
         + ("" if args.lab_checkpoint == "lab" else f" --lab-checkpoint {args.lab_checkpoint}")
+        + (
+            ""
+            if args.lab_backfill_checkpoint is None
+            else f" --lab-backfill-checkpoint {args.lab_backfill_checkpoint}"
+        )
+        + ("" if len(runs) == len(MODES) else f" --modes {','.join(_mode(b) for b, _ in runs)}")
     )
     result = {
         "benchmark": "rl_generalisation",
@@ -505,8 +557,12 @@ def main() -> None:
             "sequence_starts": list(starts),
             "rows": swf_rows,
         },
+        "modes": [_mode(b) for b, _ in runs],
         "checkpoints": {
             "lab families": args.lab_checkpoint,
+            "lab families, backfilling": lab_rows_checkpoint(
+                True, args.lab_checkpoint, args.lab_backfill_checkpoint
+            ),
             "SWF, no backfilling": "lublin",
             "SWF, backfilling": "lublin-backfill",
         },

@@ -117,3 +117,22 @@ def test_the_lab_rows_name_the_checkpoint_asked_for(bench: ModuleType, measured:
     assert ckpt["lublin-aaroh@1.1", True] == "lublin-backfill"
     profile = bench.lab_profiles(True, "lab-family")["learned"]
     assert profile.order[0].policy.meta["train"]["family"] == "lab"  # type: ignore[attr-defined]
+
+
+def test_a_lab_task_runs_the_modes_asked_for_with_their_checkpoints(
+    bench: ModuleType, measured: list[object], tmp_path: Path
+) -> None:
+    """``--modes backfill`` with ``--lab-backfill-checkpoint``: the backfill rows only, with that
+    checkpoint; every other policy measures as when both modes run."""
+    one = bench.lab_task(("heldout-wide", 1.1, 10000, 48, ((True, "lab-family"),)))
+    assert {(m.backfill, m.policy) for m in one} == {(True, p) for p in bench.POLICIES}
+    both = {(m.backfill, m.policy): m.bsld for m in measured if m.workload == "heldout-wide@1.1"}  # type: ignore[attr-defined]
+    assert all(m.bsld == both[True, m.policy] for m in one if m.policy != "learned")
+    rows = bench.summarise(one, "lab", "lab-family")
+    assert [(r["backfill"], r["checkpoint"]) for r in rows] == [(True, "lab-family")]
+    assert set(bench.targets(rows)) == {"never_2pct_behind@backfill", "ahead_on_average@backfill"}
+    assert bench.checkpoint("heldout-wide@1.1", False, "lab", "lab-family") == "lab"
+    assert bench.checkpoint("lublin-aaroh@1.1", True, "lab", "lab-family") == "lublin-backfill"
+    figure = tmp_path / "one-mode.png"
+    bench.plot(rows, figure)
+    assert figure.stat().st_size > 0

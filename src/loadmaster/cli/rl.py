@@ -184,9 +184,9 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
     setup: Annotated[
         str,
         typer.Option(
-            help="lublin: the RLScheduler protocol on an SWF trace; lab: lab cluster + EASY; "
-            "lab-habits: the same on the workload whose users keep habits; "
-            "deepjs: the DeepJS chunks (--trace: CloudSimPy's jobs.csv)"
+            help="lublin: the RLScheduler protocol on an SWF trace; lab: lab cluster + EASY "
+            "(--family: drawn from a training family); lab-habits: the same on the workload whose "
+            "users keep habits; deepjs: the DeepJS chunks (--trace: CloudSimPy's jobs.csv)"
         ),
     ] = "lublin",
     trace: Annotated[
@@ -199,6 +199,13 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         bool, typer.Option(help="lublin: train with the protocol's EASY backfilling")
     ] = False,
     jobs: Annotated[int, typer.Option(help="lublin, lab: jobs per training sequence")] = 256,
+    family: Annotated[
+        str | None,
+        typer.Option(
+            help="lab: draw every sequence's load and workload parameters from this training "
+            "family (lab); validation windows from its own validation stream"
+        ),
+    ] = None,
     updates: Annotated[int, typer.Option(help="PPO updates")] = 60,
     sequences: Annotated[int, typer.Option(help="Workloads per update")] = 4,
     samples: Annotated[int, typer.Option(help="Noisy plays of each workload")] = 8,
@@ -220,11 +227,13 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
     """Train the learned order by PPO over rankings, in the profile it will serve in (CPU; seeded)."""
     try:
         from loadmaster.rl.rank.config import RankConfig  # noqa: PLC0415 (torch is optional)
-        from loadmaster.rl.rank.episodes import LabEpisodes  # noqa: PLC0415
+        from loadmaster.rl.rank.episodes import FamilyEpisodes, LabEpisodes  # noqa: PLC0415
         from loadmaster.rl.run import rank_to  # noqa: PLC0415
     except ModuleNotFoundError as err:
         raise _torch_missing("rank-train") from err
     episodes: Source
+    if family is not None and setup != "lab":
+        raise ConfigError("rl rank-train", "--family", f"applies to the lab setup only, not {setup!r}")
     if setup in {"lublin", "deepjs"}:
         if trace is None:
             raise ConfigError("rl rank-train", "--trace", f"the {setup} setup needs a trace file")
@@ -241,7 +250,10 @@ def rank_train(  # noqa: PLR0917 - typer maps each option to a parameter
         else:
             episodes = TraceWindows(str(trace.resolve()), jobs=jobs, backfill=backfill, before=before)
     elif setup in {"lab", "lab-habits"}:
-        episodes = LabEpisodes(jobs=jobs, workload=setup)
+        if family is not None:
+            episodes = FamilyEpisodes(family, jobs=jobs)
+        else:
+            episodes = LabEpisodes(jobs=jobs, workload=setup)
     else:
         raise ConfigError("rl rank-train", "--setup", f"lublin, lab, lab-habits or deepjs, got {setup!r}")
     config = RankConfig(

@@ -56,6 +56,7 @@ BUILTIN = {
     "lab": "learned-lab.npz",
     "lab-fair": "learned-lab-fair.npz",
     "lab-family": "learned-lab-family.npz",
+    "lab-family-backfill": "learned-lab-family-backfill.npz",
     "lublin": "learned-lublin.npz",
     "lublin-backfill": "learned-lublin-backfill.npz",
     "lab-habits": "learned-lab-habits.npz",

@@ -1,5 +1,5 @@
 """What the ranking trainer plays: simulator episodes in a profile or episodes that play themselves,
-what a played episode gives the update, and the built-in lab workload."""
+what a played episode gives the update, the built-in lab workload and a training family of it."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.config import Cluster, load_cluster, load_workload
+from loadmaster.errors import ConfigError
 from loadmaster.model import NodeTable, TraceJob
-from loadmaster.rl.rank.config import F32, Layers
+from loadmaster.rl.family import FamilyPoint, family, validation_seed
+from loadmaster.rl.rank.config import F32, VALIDATION_STREAM, Layers
 from loadmaster.scheduling import PluginSpec, Profile, build_profile
 from loadmaster.sim import SimOptions
 
@@ -143,6 +145,52 @@ class LabEpisodes:
             PluginSpec("backfill", {"mode": "easy"}),
         ]
         return build_profile("learned-lab", ["allocate", "backfill"], plugins, source="rl.rank")
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyEpisodes:
+    """A training family's workloads (:mod:`loadmaster.rl.family`) on the lab cluster, in the
+    profile of :class:`LabEpisodes` (gang + bin packing + EASY backfill): every episode draws its
+    own point of the family (the offered load and the model's parameters), then its jobs, so that
+    a checkpoint trains on many workloads and cannot memorise one trace.
+
+    The trainer's validation stream (:data:`~loadmaster.rl.rank.config.VALIDATION_STREAM`) plays the
+    family's validation windows (:func:`~loadmaster.rl.family.validation_seed`, drawn as
+    ``rl train --family`` draws them), which no training stream reaches; no draw comes near a
+    held-out test workload (:func:`~loadmaster.rl.family.excluded`)."""
+
+    family: str = "lab"
+    jobs: int = 512
+    commits: bool = False
+
+    def __post_init__(self) -> None:
+        family(self.family)  # a ConfigError naming the known families, before any worker starts
+        if self.jobs < 1:
+            raise ConfigError("FamilyEpisodes", "jobs", f"must be >= 1, got {self.jobs}")
+
+    def draw(self, stream: int, index: int) -> tuple[FamilyPoint, int]:
+        """The family point of episode ``index`` of ``stream`` and the seed of its jobs
+        (deterministic; the validation stream draws from the family's validation seeds)."""
+        seed = validation_seed(index) if stream == VALIDATION_STREAM else [stream, index]
+        rng = np.random.default_rng(seed)
+        workload_seed = int(rng.integers(2**31 - 1))
+        return family(self.family).draw(rng), workload_seed
+
+    def episode(self, stream: int, index: int) -> Episode:
+        point, seed = self.draw(stream, index)
+        cluster = _lab_cluster()
+        sample = load_workload(
+            family(self.family).workload,
+            cluster,
+            jobs=self.jobs,
+            load=point.load,
+            seed=seed,
+            params=point.params(),
+        )
+        return cluster.nodes, sample.jobs, SimOptions(seed=seed)
+
+    def profile(self, checkpoint: str, explore: float) -> Profile:
+        return LabEpisodes().profile(checkpoint, explore)
 
 
 @cache
