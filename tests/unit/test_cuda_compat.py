@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from builders import a_job, a_snapshot, bind_of, cycle, nodes_of, profile
@@ -23,7 +24,7 @@ from loadmaster.model.cuda import (
     is_data_center,
     minimum_driver,
 )
-from loadmaster.scheduling import PluginSpec, build_profile
+from loadmaster.scheduling import PluginSpec, Scheduler, build_profile
 
 V = CudaVersion.parse
 D = DriverVersion.parse
@@ -117,6 +118,19 @@ def test_the_filter_keeps_a_job_on_drivers_that_run_it() -> None:
         "j",
     )
     assert bind is not None and sorted(nodes_of(cluster, bind)) == ["bare", "new"]
+
+
+def test_every_cycle_of_one_scheduler_names_the_drivers_it_counted() -> None:
+    """The filter's note for the cycle's shortfalls is left in every cycle, not only the first: a
+    scheduler that kept the allowed nodes from cycle to cycle would skip the filter and lose it."""
+    cluster = drivers_cluster()
+    job = replace(a_job("j").tasks(3).gpus(8).build(), cuda=V("12.4"))
+    scheduler = Scheduler(profile("fifo", "gang", "cuda-compat", "first-fit"))
+    for now, old_used in ((0.0, 0), (60.0, 8)):  # other free GPUs: the second cycle repeats nothing
+        snapshot = a_snapshot(cluster).used("new", 8).used("old", old_used).pending(job).build()
+        status = scheduler.cycle(snapshot, now, np.random.default_rng(0)).status_of("j", "")
+        assert status is not None
+        assert "counting only nodes with driver >= 525.60.13 for CUDA 12.4" in status.reason, now
 
 
 def test_unknown_drivers_can_be_refused_and_bad_args_are_named() -> None:

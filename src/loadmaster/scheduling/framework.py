@@ -165,6 +165,10 @@ class FilterPlugin(Plugin):
     """True for a filter whose answer reads only the job and the node table (``ctx.state.nodes``):
     no time, no random draws, nothing else of the snapshot. A strict FIFO cycle that bound nothing
     may then be answered as the last one was when nothing it read changed (``scheduling.repeat``)."""
+    marks_cycle: ClassVar[bool] = False
+    """True for a filter that leaves a note in ``ctx.data`` for later steps of the cycle when it runs
+    (cuda-compat: a shortfall then names the drivers it counted). Its answers are then not kept
+    from one cycle to the next (``Scheduler``), since a cycle that did not run it would lack the note."""
 
     def filter(self, job: Job, ctx: CycleContext) -> FilterResult:
         raise NotImplementedError

@@ -65,11 +65,12 @@ class Scheduler:
         self._verdict_ids: dict[tuple[Hashable, int], int] = {}
         self._verdict_classes: list[tuple[Hashable, int]] = []
         self._flat: dict[int, Any] = {}
-        self._keeps_allowed = all(p.reads_nodes_only for p in profile.filters)
+        self._keeps_allowed = all(p.reads_nodes_only and not p.marks_cycle for p in profile.filters)
         self._allowed: dict[Hashable, BoolArray | Status] = {}
         """Each shape's allowed nodes (``Session.allowed``), kept across cycles for the node table
         ``_allowed_for`` where every filter reads only the job and the node table: then a shape's
-        mask is the same at every cycle, and a long queue's shapes are not filtered again each cycle."""
+        mask is the same at every cycle, and a long queue's shapes are not filtered again each cycle
+        (unless a filter leaves a note for the cycle when it runs: ``FilterPlugin.marks_cycle``)."""
         self._allowed_for: NodeTable | None = None
         self._book = ReleaseBook()
         self._searches = SearchMemo()

@@ -37,6 +37,7 @@ class CudaCompat(FilterPlugin):
 
     name = "cuda-compat"
     reads_nodes_only = True  # the job and the node table (ctx.state.nodes); no time, no draws
+    marks_cycle = True  # ctx.data[CUDA_FILTERED]: the cycle's shortfalls name the drivers counted
     Args = CudaCompatArgs
 
     def __init__(self, args: CudaCompatArgs | None = None) -> None:
