@@ -14,6 +14,7 @@ Where the platform cannot fork, or after :meth:`Prefork.close`, nothing runs in 
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -70,6 +71,11 @@ class Prefork:
         up_read, up_write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the helper: never returns
+            # What the parent held stays out of this process's collections: an object of another
+            # thread's (a greenlet of Playwright's, in a test process) is not safe to traverse here,
+            # and a collection that touched one crashed the helper. Only what the helper makes is
+            # collected, which is all it can free anyway.
+            gc.freeze()
             os.close(down_write)
             os.close(up_read)
             for fd in _OPEN_IN_PARENT:
