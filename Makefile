@@ -14,7 +14,7 @@ $(BIN)/python:
 
 # Every install is pinned by constraints.txt. The demo writes a report: the `report` extra.
 $(VENV)/.core: pyproject.toml constraints.txt | $(BIN)/python
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[report]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[report,fast]'
 	touch $@
 
 # torch first, pinned: its CPU build; left to resolve `torch>=2.4` alone, pip would fetch a CUDA build.

@@ -197,20 +197,21 @@ class OutputPart:
 
 
 OUTPUT_PARTS: dict[str, OutputPart] = {
-    "plots": OutputPart(("loadmaster.report.plots",), ()),
-    "tables and report": OutputPart(("loadmaster.report.tables", "loadmaster.report.html"), ()),
+    "plots": OutputPart(("loadmaster.report.plots",), ("loadmaster.report.plots:warm_up",)),
+    "tables and report": OutputPart(
+        ("loadmaster.report.tables", "loadmaster.report.html"), ("loadmaster.report.html:warm_up",)
+    ),
 }
 """The parts of :func:`write_outputs` that a helper process may write: matplotlib for the PNGs, and
 Parquet and plotly for the tables and the report (each library about a quarter to half a second
-to import). The tables go with the report because drawing the four PNGs is the longest part
-(about 0.3-0.5 s of CPU on Tiresias' scaled trace against 0.15-0.3 s for the report and 0.05 s
-for the tables).
+to import, and a tenth to a fifth of a second more on first use, which the warm-ups take: a tiny
+chart of each kind, drawn while the simulation runs). The tables go with the report because
+drawing the four PNGs is the longest part (about 0.3-0.5 s of CPU on Tiresias' scaled trace
+against 0.15-0.3 s for the report and 0.05 s for the tables).
 
-No warm-ups (``report.plots.warm_up``, ``report.html.warm_up``): drawing a tiny chart of each kind
-while the simulation runs took the libraries' first-use work off the path after it (about 0.1-0.2
-s of CPU per helper), but a helper forked from a process holding greenlets (Playwright's, in the
-browser tests) crashed in a garbage collection during that warm-up. They stay off until a helper
-that leaves its inherited objects to the parent (``gc.freeze`` after the fork) is shown safe."""
+The warm-ups collect garbage in a process forked from the caller's; :class:`Prefork` freezes what
+the helper inherits, so those collections never traverse the caller's objects (a greenlet of
+Playwright's, in the browser tests, crashed a helper that did)."""
 
 Outputs = tuple[Path, Sequence["ProfileRun"], dict[str, str]]
 """What each part of the outputs is written from: the folder, the runs and the context."""

@@ -14,6 +14,7 @@ import bisect
 import collections
 import copy
 import itertools
+import math
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast, overload
@@ -36,6 +37,7 @@ from loadmaster.scheduling import fit
 from loadmaster.scheduling.fit import IntArray
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
 from loadmaster.scheduling.placement import Scoring, place_job
+from loadmaster.scheduling.scan_kernel import first_roomy
 from loadmaster.scheduling.state import Held, WorkingState
 
 JUMP = 16
@@ -114,6 +116,8 @@ class HeldSums:
         """Row i: ``reservations[i].held.flat`` (rows are added as the list grows)."""
         self._floats: npt.NDArray[np.float64] | None = None
         """``_stack`` as float64, for :meth:`rows`."""
+        self._spans: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray] | None = None
+        """:meth:`arrays`, for as many reservations as its arrays have rows."""
 
     def _stacked(self) -> IntArray:
         stack, reservations = self._stack, self.reservations
@@ -123,6 +127,19 @@ class HeldSums:
             more = [r.held.flat for r in reservations[len(stack) :]]
             stack = self._stack = np.concatenate([stack, more])
         return stack
+
+    def arrays(self, width: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray]:
+        """The reservations' starts, ends and :attr:`Held.flat` rows (``width`` long, for none), kept
+        and grown with the list (a walk's searches read them all)."""
+        spans, reservations = self._spans, self.reservations
+        if spans is None or len(spans[0]) != len(reservations):
+            stack = self._stacked() if reservations else np.zeros((0, width), dtype=np.int64)
+            spans = self._spans = (
+                np.array([r.start_s for r in reservations], dtype=np.float64),
+                np.array([r.end_s for r in reservations], dtype=np.float64),
+                stack,
+            )
+        return spans
 
     def rows(self, hits: BoolArray) -> IntArray:
         """The summed holdings (:attr:`Held.flat`) of the reservations of each row of ``hits`` (rows:
@@ -264,6 +281,7 @@ class ReleasePlan:
         self._cumulative_gpu: IntArray | None = None
         self._cumulative_flat: IntArray | None = None
         self._released: dict[int, tuple[IntArray, IntArray, IntArray]] = {}
+        self._times_array: npt.NDArray[np.float64] | None = None
 
     @classmethod
     def of(
@@ -286,7 +304,14 @@ class ReleasePlan:
         plan._cumulative_gpu = None
         plan._cumulative_flat = None
         plan._released = {}
+        plan._times_array = None
         return plan
+
+    def times_array(self) -> npt.NDArray[np.float64]:
+        """:attr:`times` as an array (kept)."""
+        if self._times_array is None:
+            self._times_array = np.array(self.times, dtype=np.float64)
+        return self._times_array
 
     def fingerprint(self) -> PlanKey:
         """What the plan is made of: its times and each release's placements, in order. Two plans
@@ -412,6 +437,7 @@ class ReleasePlan:
         merged._cumulative_gpu = None
         merged._cumulative_flat = None
         merged._released = {}
+        merged._times_array = time_array[order]
         # The releases are not made one by one (a plan from the book holds thousands, most never
         # read): the merged plan reads each one's time and placements through the order, on demand.
         everyone = [*_placements_of(self.ends), *(e.placements for e in extra)]
@@ -805,6 +831,21 @@ def _scan(
     ``settled`` (a time and an answer; see :meth:`SearchMemo.earliest_start`): candidates after
     that time are known to give that answer, so only those up to it are tried.
     """
+    if sums is None or sums.reservations is not reservations:
+        sums = HeldSums(reservations)
+    released = _countable(future, pending.job.request)
+    if released is not None:
+        return _counted_scan(
+            pending,
+            run_s,
+            first,
+            ctx=ctx,
+            future=future,
+            placer=placer,
+            sums=sums,
+            settled=settled,
+            released=released,
+        )
     need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
     candidates = _candidate_times(
@@ -816,8 +857,6 @@ def _scan(
     index = first
     state = future.after(first)
     request = pending.job.request
-    if sums is None or sums.reservations is not reservations:
-        sums = HeldSums(reservations)
     rooms: _Rooms | None = None
     overlaps = _Overlaps(reservations, run_s)
     size = SCAN_FIRST
@@ -861,6 +900,80 @@ def _scan(
                 taken = ctx.state.held(placed)
                 return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), taken)
     return None if settled is None else settled[1]
+
+
+def _countable(future: Future, request: TaskRequest) -> IntArray | None:
+    """What the compiled count of :func:`_counted_scan` reads of the plan (its cumulative releases),
+    or None where that count does not apply: numba is not installed, or as for :class:`_Rooms` (MIG,
+    a request of no GPU, or a plan too long to sum up front)."""
+    state = future.state
+    if first_roomy is None or state.mig is not None or not (request.whole_gpus or request.is_fractional):
+        return None
+    return future.plan.cumulative_flat(state.gpu_free.shape)
+
+
+def _counted_scan(
+    pending: PendingJob,
+    run_s: float,
+    first: int,
+    *,
+    ctx: CycleContext,
+    future: Future,
+    placer: Placer,
+    sums: HeldSums,
+    settled: tuple[float, Reservation | None] | None,
+    released: IntArray,
+) -> Reservation | None:
+    """:func:`_scan` with the count at each candidate made by :func:`scan_kernel.first_roomy` (compiled),
+    where :func:`_countable` gave ``released``.
+
+    The compiled loop skips the candidates at which fewer tasks fit by count than the job has, the
+    same upper bound by which :func:`_scan` skips them; each time it stops at is then tried exactly
+    as there (the view's own count, then the placement), so the answer is the same.
+    """
+    assert first_roomy is not None  # as _countable found
+    state, request = future.state, pending.job.request
+    need = pending.tasks_left
+    start = future.times[first - 1] if first else ctx.now
+    base = np.concatenate([state.gpu_free.ravel(), state.cpu_free, state.memory_free])
+    res_starts, res_ends, res_flat = sums.arrays(len(base))
+    asked = np.array(
+        [
+            request.whole_gpus,
+            0 if request.whole_gpus else request.gpu_milli,
+            request.cpu_milli,
+            request.memory_mib,
+        ],
+        dtype=np.int64,
+    )
+    times, ends = future.plan.times_array(), np.sort(res_ends)
+    until = math.inf if settled is None else settled[0]
+    overlaps = _Overlaps(sums.reservations, run_s)
+    index, view_state, after = first, future.after(first), -math.inf
+    while True:
+        time_s, upto = first_roomy(
+            start, times, first, ends, after, until, released, base,
+            res_starts, res_ends, res_flat, placer.allowed, state.gpu_free.shape[1], asked, need, run_s,
+        )  # fmt: skip
+        if upto < 0:
+            return None if settled is None else settled[1]
+        after = time_s
+        if upto - index > JUMP:
+            view_state = future.after(upto)  # many releases at once: one sum
+        else:
+            for release in future.ends[index:upto]:
+                for placement in release.placements:
+                    view_state.release(placement)
+        index = upto
+        held = sums.of(overlaps.at(time_s))
+        view = view_state if held is None else without_held(view_state, held)
+        if _room(view, placer.allowed, request) < need:
+            continue
+        with ctx.viewing(view):
+            placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
+        if status.ok or len(placed) >= need:
+            taken = ctx.state.held(placed)
+            return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), taken)
 
 
 def _candidate_times(start: float, times: Sequence[float], first: int, ends: list[float]) -> Iterator[float]:
