@@ -27,7 +27,7 @@ from loadmaster.model.resources import MILLI_PER_GPU
 from loadmaster.scheduling import Scheduler, scan_kernel
 from loadmaster.sim import SimOptions, simulate
 
-if scan_kernel.first_roomy is None and os.environ.get("CI") == "true":
+if not scan_kernel.available() and os.environ.get("CI") == "true":
     pytest.fail("numba is not installed: `make test` installs the `fast` extra", pytrace=False)
 
 
@@ -144,11 +144,12 @@ def _cases(draw: st.DrawFn) -> _Case:
 def test_the_count_stops_where_the_numpy_count_lets_the_job_through(case: _Case) -> None:
     expected = case.counted_times()
     assert case.walk(scan_kernel.first_roomy_py) == expected
-    if scan_kernel.first_roomy is not None:
-        assert case.walk(scan_kernel.first_roomy) == expected
+    compiled = scan_kernel.FIRST_ROOMY.load()
+    if compiled is not None:
+        assert case.walk(compiled) == expected
 
 
-@pytest.mark.skipif(scan_kernel.first_roomy is None, reason="numba is not installed")
+@pytest.mark.skipif(not scan_kernel.available(), reason="numba is not installed")
 @pytest.mark.parametrize(("name", "count"), [("slurm", 500), ("sds", 500)])
 def test_a_simulation_decides_the_same_with_and_without_the_compiled_count(
     name: str, count: int, monkeypatch: pytest.MonkeyPatch
@@ -156,6 +157,9 @@ def test_a_simulation_decides_the_same_with_and_without_the_compiled_count(
     cluster = load_cluster("lab")
     jobs = load_workload("lab", cluster, jobs=count, load=1.2).jobs
     profile = load_profiles()[name]
+    # the compiled count from the 20th scan on: both ways in one run, as a long run switches
+    loader = scan_kernel.Loader(after=20)
+    monkeypatch.setattr(reservation, "FIRST_ROOMY", loader)
     calls = []
     counted = reservation._counted_scan
 
@@ -165,12 +169,39 @@ def test_a_simulation_decides_the_same_with_and_without_the_compiled_count(
 
     monkeypatch.setattr(reservation, "_counted_scan", spying)
     compiled = simulate(cluster.nodes, Scheduler(profile), jobs, SimOptions()).jobs
-    assert sum(calls) > 40, sum(calls)  # the compiled count made the searches
-    monkeypatch.setattr(reservation, "first_roomy", None)
+    assert len(calls) > 20, len(calls)  # the compiled count made most searches
+    made = len(calls)
+    monkeypatch.setattr(reservation, "FIRST_ROOMY", scan_kernel.Loader(after=10**9))
     plain = simulate(cluster.nodes, Scheduler(profile), jobs, SimOptions()).jobs
+    assert len(calls) == made  # numpy counted every search of this run
     for field in dataclasses.fields(compiled):  # every column, NaN included (its repr)
         assert _column(compiled, field.name) == _column(plain, field.name), field.name
 
 
 def _column(table: object, name: str) -> str:
     return repr(np.asarray(getattr(table, name)).tolist())
+
+
+def test_the_loader_counts_with_numpy_until_the_threshold_then_loads_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loads = []
+
+    def compiling() -> object:
+        loads.append(1)
+        return scan_kernel.first_roomy_py
+
+    monkeypatch.setattr(scan_kernel, "_compiled", compiling)
+    loader = scan_kernel.Loader(after=3)
+    assert [loader.get() for _ in range(2)] == [None, None]
+    assert loader.get() is scan_kernel.first_roomy_py
+    assert loader.get() is scan_kernel.first_roomy_py
+    assert loads == [1]
+
+
+def test_without_numba_the_loader_tries_once_and_counts_with_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    loads = []
+    monkeypatch.setattr(scan_kernel, "_compiled", lambda: loads.append(1))
+    loader = scan_kernel.Loader(after=1)
+    assert [loader.get() for _ in range(5)] == [None] * 5
+    assert loads == [1]

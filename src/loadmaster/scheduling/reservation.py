@@ -37,7 +37,7 @@ from loadmaster.scheduling import fit
 from loadmaster.scheduling.fit import IntArray
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
 from loadmaster.scheduling.placement import Scoring, place_job
-from loadmaster.scheduling.scan_kernel import first_roomy
+from loadmaster.scheduling.scan_kernel import FIRST_ROOMY
 from loadmaster.scheduling.state import Held, WorkingState
 
 JUMP = 16
@@ -833,8 +833,8 @@ def _scan(
     """
     if sums is None or sums.reservations is not reservations:
         sums = HeldSums(reservations)
-    released = _countable(future, pending.job.request)
-    if released is not None:
+    counting = _countable(future, pending.job.request)
+    if counting is not None:
         return _counted_scan(
             pending,
             run_s,
@@ -844,7 +844,7 @@ def _scan(
             placer=placer,
             sums=sums,
             settled=settled,
-            released=released,
+            counting=counting,
         )
     need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
@@ -902,14 +902,21 @@ def _scan(
     return None if settled is None else settled[1]
 
 
-def _countable(future: Future, request: TaskRequest) -> IntArray | None:
-    """What the compiled count of :func:`_counted_scan` reads of the plan (its cumulative releases),
-    or None where that count does not apply: numba is not installed, or as for :class:`_Rooms` (MIG,
-    a request of no GPU, or a plan too long to sum up front)."""
+def _countable(
+    future: Future, request: TaskRequest
+) -> tuple[Callable[..., tuple[float, int]], IntArray] | None:
+    """The compiled count of :func:`_counted_scan` and what it reads of the plan (its cumulative
+    releases), or None where the search counts with numpy: the process has not loaded the count
+    (numba is not installed, or too few scans so far: :class:`scan_kernel.Loader`), or as for
+    :class:`_Rooms` (MIG, a request of no GPU, or a plan too long to sum up front)."""
     state = future.state
-    if first_roomy is None or state.mig is not None or not (request.whole_gpus or request.is_fractional):
+    if state.mig is not None or not (request.whole_gpus or request.is_fractional):
         return None
-    return future.plan.cumulative_flat(state.gpu_free.shape)
+    count = FIRST_ROOMY.get()
+    if count is None:
+        return None
+    released = future.plan.cumulative_flat(state.gpu_free.shape)
+    return None if released is None else (count, released)
 
 
 def _counted_scan(
@@ -922,16 +929,16 @@ def _counted_scan(
     placer: Placer,
     sums: HeldSums,
     settled: tuple[float, Reservation | None] | None,
-    released: IntArray,
+    counting: tuple[Callable[..., tuple[float, int]], IntArray],
 ) -> Reservation | None:
-    """:func:`_scan` with the count at each candidate made by :func:`scan_kernel.first_roomy` (compiled),
-    where :func:`_countable` gave ``released``.
+    """:func:`_scan` with the count at each candidate made by :func:`scan_kernel.first_roomy_py`,
+    compiled (``counting``: as :func:`_countable` gave it, with the plan's cumulative releases).
 
     The compiled loop skips the candidates at which fewer tasks fit by count than the job has, the
     same upper bound by which :func:`_scan` skips them; each time it stops at is then tried exactly
     as there (the view's own count, then the placement), so the answer is the same.
     """
-    assert first_roomy is not None  # as _countable found
+    first_roomy, released = counting
     state, request = future.state, pending.job.request
     need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now

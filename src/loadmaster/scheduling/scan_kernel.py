@@ -5,18 +5,20 @@ at most of them fewer tasks of the job fit, by count, on the cluster after the r
 time less the reservations its run would overlap, and the time is skipped without building the
 view. That count is a few small array operations per candidate, and on a cluster of tens of nodes
 numpy's cost per call, not the arithmetic, is the time: the slurm profile's demo makes about fifty
-thousand searches. :func:`first_roomy` walks the candidates and counts in one compiled loop and
+thousand searches. :func:`first_roomy_py`, compiled, walks the candidates and counts in one compiled loop and
 returns the first time the count allows, where the search then builds the view and places the
 job exactly as before. The count is the one the search used to skip times by (an upper bound of
 what the view holds), so the times the search places at, and its answer, are the same.
 
 numba is optional (the ``fast`` extra, which ``make demo`` and ``make test`` install): without it
-:data:`first_roomy` is None and the search counts with numpy as it did. The compiled function is
-cached on disk by numba (``cache=True``), so only the first run on a machine compiles it.
+the search counts with numpy as it did. A process loads the compiled count only once it has
+scanned enough for the count to pay for its loading (:data:`SCANS_BEFORE_LOADING`). The machine
+code is cached on disk by numba (``cache=True``), so only the first run on a machine compiles it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import math
 from collections.abc import Callable
@@ -126,7 +128,7 @@ def first_roomy_py(  # noqa: PLR0917 - positional arrays and numbers: what numba
 def _compiled() -> Callable[..., tuple[float, int]] | None:
     """:func:`first_roomy_py` compiled by numba, or None where numba is not installed."""
     try:
-        import numba  # noqa: PLC0415 - optional, and half a second to import: only for searches
+        import numba  # noqa: PLC0415 - optional, and half a second to import: loaded when it pays
     except ImportError:
         log.info("numba is not installed: reservation searches count candidates with numpy")
         return None
@@ -138,4 +140,46 @@ def _compiled() -> Callable[..., tuple[float, int]] | None:
     return compiled
 
 
-first_roomy = _compiled()
+SCANS_BEFORE_LOADING = 5_000
+"""Scans a process makes with numpy before it loads the compiled count.
+
+Loading costs about 1.2 s of CPU, once per process (0.55 s to import numba, 0.6 s to load the
+cached machine code), and the count saves about 0.24 ms per scan on the slurm profile's demo
+(33,945 scans, 8 s less CPU): it pays for itself after about 5,000 scans. A short run, or a profile
+that rarely searches (`sds` and `nsml` make under 3,000 scans on the demo), never loads it; a run
+that scans more pays at most the scans before the threshold twice (the rent-or-buy rule: rent
+until the rent paid equals the price). Both counts give the same answers, so the switch changes
+no decision."""
+
+
+class Loader:
+    """The compiled count, loaded at the :data:`SCANS_BEFORE_LOADING`-th scan of the process
+    (``after``), or never where numba is not installed."""
+
+    def __init__(self, after: int = SCANS_BEFORE_LOADING) -> None:
+        self.after = after
+        self.scans = 0
+        self._loaded = False
+        self._fn: Callable[..., tuple[float, int]] | None = None
+
+    def get(self) -> Callable[..., tuple[float, int]] | None:
+        """The compiled count for this scan, or None: count with numpy (not yet, or no numba)."""
+        if self._loaded:
+            return self._fn
+        self.scans += 1
+        return self.load() if self.scans >= self.after else None
+
+    def load(self) -> Callable[..., tuple[float, int]] | None:
+        """Load it now (None where numba is not installed)."""
+        if not self._loaded:
+            self._fn, self._loaded = _compiled(), True
+        return self._fn
+
+
+FIRST_ROOMY = Loader()
+"""The process's compiled :func:`first_roomy_py`, as its scans reach the threshold."""
+
+
+def available() -> bool:
+    """Whether numba is installed (without importing it)."""
+    return importlib.util.find_spec("numba") is not None
