@@ -31,6 +31,7 @@ from loadmaster.model import (
 from loadmaster.scheduling import Code, PluginSpec, Preempt, Profile, Scheduler, build_profile
 from loadmaster.scheduling.framework import CycleContext, VictimPlugin
 from loadmaster.scheduling.plugins.admission import ADMISSION_PLUGINS
+from loadmaster.scheduling.registry import PLUGINS
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.sim import RunResult, SimOptions, simulate
 
@@ -609,3 +610,12 @@ def test_bad_args_are_config_errors_naming_the_field(case: tuple[str, dict[str, 
 
     assert caught.value.field == f"profiles.test.plugins[3].{field}"
     assert says in caught.value.detail
+
+
+def test_every_victim_plugin_that_gives_keys_says_so() -> None:
+    """``VictimPlugin.keyed`` is what the preempt action trusts: a plugin that overrides
+    ``victims_key`` sets it, and one that does not leaves it False."""
+    victims = {name: cls for name, cls in PLUGINS.items() if issubclass(cls, VictimPlugin)}
+    assert "quota" in victims
+    for name, cls in victims.items():
+        assert cls.keyed == (cls.victims_key is not VictimPlugin.victims_key), name

@@ -302,6 +302,9 @@ class VictimPlugin(Plugin):
     gang whole. An empty result means ``pending`` may not preempt.
     """
 
+    keyed: ClassVar[bool] = False
+    """Whether :meth:`victims_key` gives keys (a plugin that sets it overrides that method)."""
+
     def select_victims(
         self, pending: PendingJob, running: Sequence[RunningJob], ctx: CycleContext
     ) -> Sequence[RunningJob]:

@@ -23,7 +23,7 @@ from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacemen
 from loadmaster.scheduling import fit
 from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, known_refused, try_place
 from loadmaster.scheduling.decisions import Preempt
-from loadmaster.scheduling.framework import BoolArray, VictimPlugin
+from loadmaster.scheduling.framework import BoolArray
 from loadmaster.scheduling.placement import Scoring, place_job
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
@@ -93,9 +93,7 @@ class _Asked:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.keyed = all(
-            type(plugin).victims_key is not VictimPlugin.victims_key for plugin in session.profile.victims
-        )
+        self.keyed = all(plugin.keyed for plugin in session.profile.victims)
         self.version = session.state_version
         self.found: dict[tuple[Hashable, ...], list[RunningJob]] = {}
 

@@ -124,6 +124,14 @@ class DominantResourceFairness(OrderPlugin):
         self.strict = chosen.strict
         self.level: Level = chosen.level
         self._held = HeldMemo()
+        self._totals: tuple[NodeTable, npt.NDArray[np.float64]] | None = None
+        """The last node table's :func:`cluster_totals` (a simulated cluster keeps one table)."""
+
+    def _cluster_totals(self, nodes: NodeTable) -> npt.NDArray[np.float64]:
+        kept = self._totals
+        if kept is None or kept[0] is not nodes:
+            kept = self._totals = (nodes, cluster_totals(nodes))
+        return kept[1]
 
     def shares(self, ctx: CycleContext) -> DominantShares:
         """This cycle's shares, computed on first use."""
@@ -133,7 +141,7 @@ class DominantResourceFairness(OrderPlugin):
             if snapshot.running_held is not None:
                 # The driver's sums: integers, so the floats the jobs' sums would give (below 2**53)
                 users, groups = snapshot.running_held
-                totals = cluster_totals(snapshot.nodes)
+                totals = self._cluster_totals(snapshot.nodes)
                 cached = DominantShares(user=dominant(users, totals), group=dominant(groups, totals))
             else:
                 self._held.prune(snapshot.running)

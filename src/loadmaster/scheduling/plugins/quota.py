@@ -177,6 +177,7 @@ class Quota(AdmitPlugin, VictimPlugin):
     """admit: keep each group within its nominal plus what it may borrow; select_victims: reclaim."""
 
     name = "quota"
+    keyed = True
     Args = QuotaArgs
 
     def __init__(self, args: QuotaArgs | None = None) -> None:
