@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadmaster import forking  # noqa: F401 - forked workers inherit the parent's objects frozen
 from loadmaster.errors import ConfigError, LoadmasterError
 
 log = logging.getLogger(__name__)

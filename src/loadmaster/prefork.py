@@ -14,7 +14,6 @@ Where the platform cannot fork, or after :meth:`Prefork.close`, nothing runs in 
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib
 import logging
 import os
@@ -26,6 +25,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from loadmaster import forking  # noqa: F401 - forked helpers inherit the parent's objects frozen
 from loadmaster.errors import LoadmasterError
 
 T = TypeVar("T")
@@ -70,12 +70,7 @@ class Prefork:
         down_read, down_write = os.pipe()
         up_read, up_write = os.pipe()
         pid = os.fork()
-        if pid == 0:  # the helper: never returns
-            # What the parent held stays out of this process's collections: an object of another
-            # thread's (a greenlet of Playwright's, in a test process) is not safe to traverse here,
-            # and a collection that touched one crashed the helper. Only what the helper makes is
-            # collected, which is all it can free anyway.
-            gc.freeze()
+        if pid == 0:  # the helper: never returns; what it inherits is frozen (loadmaster.forking)
             os.close(down_write)
             os.close(up_read)
             for fd in _OPEN_IN_PARENT:
