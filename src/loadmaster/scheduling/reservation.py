@@ -875,31 +875,46 @@ def _scan(
                 continue  # fewer tasks fit than the job has, counted on every candidate at once
             upto = uptos[j]
             held = sums.of(overlaps.at(time_s) if subsets is None else subsets[j])
-            if upto - index > JUMP:
-                state = future.after(upto)  # many releases at once (overdue jobs all end "now"): one sum
-            else:
-                for release in future.ends[index:upto]:
-                    for placement in release.placements:
-                        state.release(placement)
-            index = upto
-            if held is None:
-                view = state
-            else:
-                if (
-                    enough is None
-                    and state.mig is None
-                    and _room_less(state, held, placer.allowed, request) < need
-                ):
-                    continue  # the view would not hold the job: not worth building (most candidate times)
-                view = without_held(state, held)
-            if _room(view, placer.allowed, request) < need:
-                continue
-            with ctx.viewing(view):
-                placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
-            if status.ok or len(placed) >= need:
-                taken = ctx.state.held(placed)
-                return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), taken)
+            state, index = _advance(future, state, index, upto), upto
+            if (
+                held is not None
+                and enough is None
+                and state.mig is None
+                and _room_less(state, held, placer.allowed, request) < need
+            ):
+                continue  # the view would not hold the job: not worth building (most candidate times)
+            view = state if held is None else without_held(state, held)
+            found = _placed_at(pending, time_s, run_s, view, ctx=ctx, placer=placer)
+            if found is not None:
+                return found
     return None if settled is None else settled[1]
+
+
+def _advance(future: Future, state: WorkingState, index: int, upto: int) -> WorkingState:
+    """``state``, the future after ``index`` releases, after ``upto`` of them (updated in place, or
+    a new state for many releases at once: overdue jobs all end "now", and one sum is cheaper)."""
+    if upto - index > JUMP:
+        return future.after(upto)
+    for release in future.ends[index:upto]:
+        for placement in release.placements:
+            state.release(placement)
+    return state
+
+
+def _placed_at(
+    pending: PendingJob, time_s: float, run_s: float, view: WorkingState, *, ctx: CycleContext, placer: Placer
+) -> Reservation | None:
+    """The reservation from ``time_s`` if the job's tasks are placed on ``view`` (the cluster then,
+    less the reservations the run overlaps), else None."""
+    need = pending.tasks_left
+    if _room(view, placer.allowed, pending.job.request) < need:
+        return None
+    with ctx.viewing(view):
+        placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
+    if status.ok or len(placed) >= need:
+        taken = ctx.state.held(placed)
+        return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), taken)
+    return None
 
 
 def _countable(
@@ -965,22 +980,12 @@ def _counted_scan(
         if upto < 0:
             return None if settled is None else settled[1]
         after = time_s
-        if upto - index > JUMP:
-            view_state = future.after(upto)  # many releases at once: one sum
-        else:
-            for release in future.ends[index:upto]:
-                for placement in release.placements:
-                    view_state.release(placement)
-        index = upto
+        view_state, index = _advance(future, view_state, index, upto), upto
         held = sums.of(overlaps.at(time_s))
         view = view_state if held is None else without_held(view_state, held)
-        if _room(view, placer.allowed, request) < need:
-            continue
-        with ctx.viewing(view):
-            placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
-        if status.ok or len(placed) >= need:
-            taken = ctx.state.held(placed)
-            return Reservation(pending.job.id, time_s, time_s + run_s, tuple(placed), taken)
+        found = _placed_at(pending, time_s, run_s, view, ctx=ctx, placer=placer)
+        if found is not None:
+            return found
 
 
 def _candidate_times(start: float, times: Sequence[float], first: int, ends: list[float]) -> Iterator[float]:
