@@ -12,15 +12,20 @@ OUT ?= out/demo
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Every install is pinned by constraints.txt. The demo writes a report: the `report` extra.
+# Every install is pinned by constraints.txt. The demo writes a report: the `report` extra. The
+# `fast` extra (numba) compiles the reservation search's count; $(COMPILE) compiles it now, into
+# numba's cache (about 6 s once), so that no run pays for it (docs/simulator.md, the eleventh round).
+COMPILE = $(BIN)/python -c 'from loadmaster.scheduling import scan_kernel; scan_kernel.FIRST_ROOMY.load()'
 $(VENV)/.core: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[report,fast]'
+	$(COMPILE)
 	touch $@
 
 # torch first, pinned: its CPU build; left to resolve `torch>=2.4` alone, pip would fetch a CUDA build.
 $(VENV)/.dev: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,rl,ray]'
+	$(COMPILE)
 	touch $(VENV)/.core $@
 
 demo: $(VENV)/.core

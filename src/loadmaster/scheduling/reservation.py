@@ -973,9 +973,10 @@ def _counted_scan(
     overlaps = _Overlaps(sums.reservations, run_s)
     index, view_state, after = first, future.after(first), -math.inf
     while True:
-        time_s, upto = first_roomy(
-            start, times, first, ends, after, until, released, base,
-            res_starts, res_ends, res_flat, placer.allowed, state.gpu_free.shape[1], asked, need, run_s,
+        time_s, upto = first_roomy(  # the compiled signature's types (scan_kernel._compiled)
+            float(start), times, int(first), ends, float(after), float(until), released, base,
+            res_starts, res_ends, res_flat, placer.allowed, int(state.gpu_free.shape[1]), asked,
+            int(need), float(run_s),
         )  # fmt: skip
         if upto < 0:
             return None if settled is None else settled[1]

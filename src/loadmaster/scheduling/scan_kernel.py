@@ -132,11 +132,25 @@ def _compiled() -> Callable[..., tuple[float, int]] | None:
     except ImportError:
         log.info("numba is not installed: reservation searches count candidates with numpy")
         return None
+    # One signature, compiled (or loaded from the cache) now: the caller passes exactly these
+    # types, so no call compiles another version for, say, an integer time.
+    f8, i8, floats, ints, table = (
+        numba.float64,
+        numba.int64,
+        numba.float64[:],
+        numba.int64[:],
+        numba.int64[:, :],
+    )
+    signature = numba.types.Tuple((f8, i8))(  # type: ignore[no-untyped-call]
+        f8, floats, i8, floats, f8, f8, table, ints, floats, floats, table, numba.boolean[:], i8, ints, i8, f8
+    )
     try:
-        compiled: Callable[..., tuple[float, int]] = numba.njit(cache=True, nogil=True)(first_roomy_py)
+        compiled: Callable[..., tuple[float, int]] = numba.njit(signature, cache=True, nogil=True)(
+            first_roomy_py
+        )
     except RuntimeError as error:  # no writable cache beside the module or in the user's cache folder
         log.warning("numba cannot cache the search's count (%s): compiled at each start instead", error)
-        compiled = numba.njit(nogil=True)(first_roomy_py)
+        compiled = numba.njit(signature, nogil=True)(first_roomy_py)
     return compiled
 
 
