@@ -157,14 +157,13 @@ def _compiled() -> Callable[..., tuple[float, int]] | None:
 SCANS_BEFORE_LOADING = 5_000
 """Scans a process makes with numpy before it loads the compiled count.
 
-Loading costs about 1.2 s of CPU, once per process (0.55 s to import numba, 0.6 s to load the
-cached machine code), and the count saves about 0.24 ms per scan on the slurm profile's demo
-(33,945 scans, 8 s less CPU): it pays for itself after about 5,000 scans. A short run, or a profile
-that rarely searches (on the demo `sds` makes 4,544 scans, `learned` 4,315, `nsml` 3,809; `slurm`
-33,945), never loads it; a run
-that scans more pays at most the scans before the threshold twice (the rent-or-buy rule: rent
-until the rent paid equals the price). Both counts give the same answers, so the switch changes
-no decision."""
+Loading costs about 1.2 s of CPU once per process (0.55 s to import numba, 0.6 s to load the
+cached machine code; 2.3 billion instructions under callgrind), and the count saves about 0.47
+million instructions per scan (`slurm` on the lab cluster, 2,000 jobs): it pays for itself after
+about 4,900 scans. A short run, or a profile that rarely searches (on the demo `sds` makes 4,544
+scans, `learned` 4,315, `nsml` 3,809; `slurm` 33,945), never loads it; a run that scans more pays
+at most the scans before the threshold twice (the rent-or-buy rule: rent until the rent paid
+equals the price). Both counts give the same answers, so the switch changes no decision."""
 
 
 class Loader:
