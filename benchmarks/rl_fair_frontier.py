@@ -79,7 +79,9 @@ def profiles() -> dict[str, tuple[str, Profile]]:
         guard = None if threshold_h is None else threshold_h * 3600
         for family, checkpoint in LEARNED.items():
             name = f"{family} {_guard(threshold_h)}"
-            out[name] = (family, learned_profile(name, checkpoint, guard))
+            # The backfill plugin's own guard defaults to 24 h: set it as for the heuristics, or
+            # "no guard" would still reserve for jobs waiting a day (and equal "guard 24h").
+            out[name] = (family, _with_guard(learned_profile(name, checkpoint, guard), name, threshold_h))
         for family in GUARDED:
             base = heuristics.get(family) or shipped[family]
             name = f"{family} {_guard(threshold_h)}"
