@@ -57,6 +57,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import PODGROUP_API, REQUEST_TIMEOUT_S, ApiFailure, Event, Informer, LeaderElector
+from loadmaster.kube.history import JobHistory
 from loadmaster.kube.profiles import skipped_walks
 from loadmaster.kube.semantics import kube_scheduler, scheduler_names
 from loadmaster.kube.state import KubeState, View, drain
@@ -169,6 +170,7 @@ class KubeCluster:
         write_reasons: bool = True,
         bind_workers: int = DEFAULT_BIND_WORKERS,
         gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S,
+        history: JobHistory | None = None,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -182,6 +184,9 @@ class KubeCluster:
         self.gang_timeout_s = gang_timeout_s
         self.stats = Stats()
         self.state = KubeState(scheduler_names=scheduler_names(self.scheduler))
+        self.history = history if history is not None else JobHistory()
+        """Fair-share usage and run-time history of the jobs that ended, kept by every replica (a
+        follower that becomes leader has them already)."""
         self.changes: queue.Queue[Event] = queue.Queue()
         self.informers = {kind: Informer(kind, api, self.changes) for kind in KINDS}
         self.assumed: dict[str, _Assumed] = {}
@@ -237,6 +242,12 @@ class KubeCluster:
         """One cycle: sync, lead, decide, act. ``dry_run``: decide only, write nothing."""
         started = time.perf_counter()
         self.drain()
+        now = self.clock()
+        charged = self.history.observe(
+            self.state.objects["pods"], self.state.scheduler_names, now, self.state.default_time_limit_s
+        )
+        if charged:
+            self.stats.add("usage_charged", charged)
         if not dry_run and not self.lead():
             return StepReport(leader=False)
         report = StepReport(leader=True)
@@ -252,6 +263,7 @@ class KubeCluster:
         view = self._view()
         if view is None:
             return report
+        view.snapshot = self.history.applied(view.snapshot, now)
         rolling = self._rolling_back()
         if rolling:
             pending = tuple(p for p in view.snapshot.pending if p.job.id not in rolling)

@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+HALF_LIFE_S = 7 * 86_400.0
+"""Usage half-life of the simulator and the Kubernetes binding (Slurm's PriorityDecayHalfLife default)."""
+HISTORY_JOBS = 5
+"""Finished jobs kept per user for run-time prediction and the learned order's history inputs."""
+
 
 @dataclass(eq=False)
 class UsageLedger:

@@ -24,7 +24,7 @@ from loadmaster.model import (
 )
 from loadmaster.model.running import RunningSerials, next_serial
 from loadmaster.model.snapshot import gpu_summary, node_gpu_summary
-from loadmaster.model.usage import UsageLedger
+from loadmaster.model.usage import HALF_LIFE_S, HISTORY_JOBS, UsageLedger
 from loadmaster.scheduling.mig_pool import MigPool
 
 
@@ -44,8 +44,8 @@ class SimCluster:
     def __init__(
         self,
         nodes: NodeTable,
-        half_life_s: float = 7 * 86_400.0,
-        history_jobs: int = 5,
+        half_life_s: float = HALF_LIFE_S,
+        history_jobs: int = HISTORY_JOBS,
         mig: MigPool | None = None,
     ) -> None:
         self.nodes = nodes

@@ -21,6 +21,7 @@ import numpy as np
 
 from loadmaster.errors import SimulationError
 from loadmaster.model import MILLI_PER_GPU, Job, NodeTable, PendingJob, RunningJob, TaskPlacement, TraceJob
+from loadmaster.model.usage import HALF_LIFE_S
 from loadmaster.scheduling import Bind, CycleResult, Preempt, Reserve, Scheduler, Status
 from loadmaster.sim.cluster import SimCluster
 from loadmaster.sim.events import EventQueue, Kind
@@ -40,7 +41,7 @@ class SimOptions:
     """Also run a cycle every ``period_s`` seconds, like a live scheduler; None: only on events."""
     progress: Callable[[int], None] | None = None
     """Called with the number of jobs that reached a final state since the previous call."""
-    fair_share_half_life_s: float = 7 * 86_400.0
+    fair_share_half_life_s: float = HALF_LIFE_S
     """Half-life of past usage in the fair-share ledger (Slurm's PriorityDecayHalfLife; 7 days)."""
     explain: frozenset[str] = field(default_factory=frozenset)
     """Job ids whose every change of status is recorded in ``RunResult.explanations``."""
