@@ -4,12 +4,13 @@ Setup: the in-process API double (real HTTP, the official client, informers
 watching) holds 8 nodes x 8 GPUs. Each cycle, like users and controllers
 would: new pods arrive (single pods of 1 or 2 GPUs, and every few cycles a
 gang of 2 with its PodGroup), pods that ran for ``RUN_CYCLES`` cycles finish
-and are deleted, and pods left waiting for ``GIVE_UP_CYCLES`` cycles are
-cancelled (deleted), so the number of live pods stays steady. KubeCluster
-steps with the ``sds`` profile (strict lanes, backfill with reservations: the
-profile with the most per-job caches), binds, and writes every waiting pod's
-reason (condition and Event). Before each step the driver waits until the
-informers have seen every change, so every cycle sees fresh objects.
+(phase Succeeded) and are deleted ``FINISHED_CYCLES`` later, and pods left
+waiting for ``GIVE_UP_CYCLES`` cycles are cancelled (deleted), so the number
+of live pods stays steady. KubeCluster steps with the ``sds`` profile (strict
+lanes, backfill with reservations: the profile with the most per-job caches),
+binds, and writes every waiting pod's reason (condition and Event). Before
+each step the driver waits until the informers have seen every change, so
+every cycle sees fresh objects.
 
 The double is bookkeeping, not the scheduler: its event history is capped
 (``history``), and the Events the scheduler writes and its record of binds
@@ -48,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
-from loadmaster.kube.cluster import KubeCluster
+from loadmaster.kube.cluster import KubeCluster, utc_stamp
 from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
 from results_io import print_targets, provenance, write_results
@@ -60,6 +61,9 @@ TARGET_GROWTH_MIB = 10.0
 NODES = 8
 RUN_CYCLES = 17
 GIVE_UP_CYCLES = 30
+FINISHED_CYCLES = 2
+"""Cycles a finished pod stays in the API before its controller deletes it (the scheduler's fair-share
+history charges it meanwhile, and must forget it once it is gone)."""
 GANG_EVERY = 5
 
 
@@ -93,7 +97,10 @@ class Churn:
                 key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
                 if pod["spec"].get("nodeName") and key not in self.bound_at:
                     self.bound_at[key] = n
-            done = [k for k, at in self.bound_at.items() if n - at >= RUN_CYCLES]
+            for key in [k for k, at in self.bound_at.items() if n - at == RUN_CYCLES]:
+                if key in self.api.store["pods"]:
+                    self.api.patch("pods", key, {"status": finished_status(self.api.clock())})
+            done = [k for k, at in self.bound_at.items() if n - at >= RUN_CYCLES + FINISHED_CYCLES]
             gone = [k for k, at in self.born.items() if n - at >= GIVE_UP_CYCLES and k not in self.bound_at]
             for key in done + gone:
                 if key in self.api.store["pods"]:
@@ -124,6 +131,20 @@ class Churn:
         }
         for key in [k for k in self.api.store["podgroups"] if k.split("/", 1)[1] not in alive]:
             self.api.delete("podgroups", key)
+
+
+def finished_status(now: float) -> dict[str, Any]:
+    """What the kubelet writes when a pod's one container has exited 0 (core/v1 PodStatus)."""
+    terminated = {"exitCode": 0, "reason": "Completed", "finishedAt": utc_stamp(now)}
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "imageID": "docker.io/library/busybox@sha256:0",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"terminated": terminated},
+    }
+    return {"phase": "Succeeded", "containerStatuses": [container]}
 
 
 def soak(cycles: int, sample: int, seed: int, progress: bool = True) -> dict[str, Any]:
@@ -162,6 +183,9 @@ def soak(cycles: int, sample: int, seed: int, progress: bool = True) -> dict[str
             "scheduler_flat_placements": len(cluster.scheduler._flat),
             "scheduler_feasible_memo": len(cluster.scheduler._feasible),
             "driver_reasons": len(cluster._reasons),
+            "history_running": len(cluster.history._running),
+            "history_charged": len(cluster.history._charged),
+            "history_users": len(cluster.history.recent_runtimes),
             "pods_alive_at_end": len(api.store["pods"]),
         }
     finally:
@@ -177,6 +201,7 @@ def soak(cycles: int, sample: int, seed: int, progress: bool = True) -> dict[str
         "waiting_jobs_max": waiting_max,
         "cache_sizes_at_end": sizes,
         "invalid_requests": len(api.invalid),
+        "usage_charged": cluster.stats.counts.get("usage_charged", 0),
     }
 
 

@@ -37,5 +37,8 @@ def test_a_short_soak_keeps_every_cache_bounded() -> None:
     assert m["pods_bound"] > 100 and m["waiting_jobs_max"] > 0 and m["invalid_requests"] == 0
     assert sizes["driver_reasons"] <= sizes["pods_alive_at_end"]  # reasons of pods gone are forgotten
     assert sizes["scheduler_shapes"] <= m["jobs_seen"]
+    # Fair-share history: every finished or deleted run charged, only live pods remembered.
+    assert m["usage_charged"] > 50
+    assert sizes["history_running"] + sizes["history_charged"] <= sizes["pods_alive_at_end"]
     _, growth = kube_soak.growth_mib(m["samples"], 150)
     assert growth < 10.0, m["samples"]

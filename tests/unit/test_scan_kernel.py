@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import logging
 import math
 import os
 from collections.abc import Callable
@@ -183,7 +184,7 @@ def _column(table: object, name: str) -> str:
 
 
 def test_the_loader_counts_with_numpy_until_the_threshold_then_loads_once(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     loads = []
 
@@ -193,10 +194,16 @@ def test_the_loader_counts_with_numpy_until_the_threshold_then_loads_once(
 
     monkeypatch.setattr(scan_kernel, "_compiled", compiling)
     loader = scan_kernel.Loader(after=3)
-    assert [loader.get() for _ in range(2)] == [None, None]
-    assert loader.get() is scan_kernel.first_roomy_py
-    assert loader.get() is scan_kernel.first_roomy_py
+    with caplog.at_level(logging.INFO, logger="loadmaster.scheduling.scan_kernel"):
+        assert [loader.get() for _ in range(2)] == [None, None]
+        assert not caplog.records
+        assert loader.get() is scan_kernel.first_roomy_py
+        assert loader.get() is scan_kernel.first_roomy_py
     assert loads == [1]
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "reservation searches now count candidates with the compiled count"
+    ]
+    assert "after 3 scans" in caplog.records[0].getMessage()
 
 
 def test_without_numba_the_loader_tries_once_and_counts_with_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
