@@ -182,3 +182,24 @@ def test_bad_settings_are_refused() -> None:
         JobHistory(half_life_s=0)
     with pytest.raises(ValueError, match="history_jobs"):
         JobHistory(history_jobs=0)
+
+
+def test_a_job_whose_pods_were_replaced_is_charged_for_the_run_that_ended() -> None:
+    history = JobHistory()
+    history.observe(pods_of(ran("a", 2, start=T0)), NAMES, T0 + 100)
+    replaced = ran("a", 2, start=T0 + 500)  # the controller made a new pod of the same name
+    assert history.observe(pods_of(replaced), NAMES, T0 + 600) == 1
+    assert history.usage.view(T0 + 600)["user/team-a"] == pytest.approx(2 * 600.0)
+    assert history.observe(pods_of(replaced), NAMES, T0 + 700) == 0  # the new run: not yet
+
+
+def test_a_gang_that_binds_more_members_is_charged_for_all_of_them() -> None:
+    history = JobHistory()
+    first = ran("g-0", 1, start=T0, group="g")
+    waiting = a_pod("g-1", 1, "g", "team-a")
+    waiting["metadata"]["creationTimestamp"] = utc_stamp(T0 - 60)
+    history.observe(pods_of(first, waiting), NAMES, T0 + 10)
+    both = pods_of(first, ran("g-1", 1, start=T0 + 20, group="g"))
+    history.observe(both, NAMES, T0 + 30)
+    history.observe({}, NAMES, T0 + 100)
+    assert history.usage.view(T0 + 100)["user/team-a"] == pytest.approx(2 * 100.0)

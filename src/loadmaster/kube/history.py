@@ -60,6 +60,8 @@ class _Run:
     gpus: float
     user: str
     group: str
+    bound: int
+    """Pods bound when it was last read: a gang binding more members is read again."""
 
 
 Outcome = Literal["succeeded", "failed", "gone while running"]
@@ -113,6 +115,7 @@ class JobHistory:
                 jobs[tr.job_id_of(pod)].append(pod)
         running: dict[str, _Run] = {}
         ended: list[_Ended] = []
+        gone: list[_Ended] = []
         present: set[tuple[str, float]] = set()
         for job_id, members in jobs.items():
             bound = [p for p in members if tr.node_name_of(p)]
@@ -126,12 +129,18 @@ class JobHistory:
                     ended.append(
                         self._ended(job_id, members, start, now, default_limit_s=default_time_limit_s)
                     )
-            else:
-                job = tr.job_from(job_id, members, None, default_time_limit_s)
-                running[job_id] = _Run(start, _gpus(bound), job.user, job.group)
+                continue
+            before = self._running.get(job_id)
+            if before is not None and before.start_s == start and before.bound == len(bound):
+                running[job_id] = before  # read once per run: the cache is re-read at every step
+                continue
+            if before is not None and before.start_s != start:  # its pods were replaced: a new run
+                gone.append(_gone(job_id, before, now))
+            job = tr.job_from(job_id, members, None, default_time_limit_s)
+            running[job_id] = _Run(start, _gpus(bound), job.user, job.group, len(bound))
         finished = {e.job_id for e in ended}
-        gone = [
-            _Ended(job_id, run.start_s, max(now, run.start_s), run.gpus, run.user, run.group, 0.0, GONE)
+        gone += [
+            _gone(job_id, run, now)
             for job_id, run in self._running.items()
             if job_id not in running and job_id not in finished
         ]
@@ -183,6 +192,11 @@ class JobHistory:
             item.group,
             extra={"job": item.job_id, "gpu_s": gpu_s, "user": item.user, "group": item.group},
         )
+
+
+def _gone(job_id: str, run: _Run, now: float) -> _Ended:
+    """``run`` charged up to ``now``, when its pods were found gone (no end time to read)."""
+    return _Ended(job_id, run.start_s, max(now, run.start_s), run.gpus, run.user, run.group, 0.0, GONE)
 
 
 def _phase(pod: tr.Obj) -> str:
