@@ -60,8 +60,9 @@ class _Run:
     gpus: float
     user: str
     group: str
-    bound: int
-    """Pods bound when it was last read: a gang binding more members is read again."""
+    stamps: tuple[int, str]
+    """Pods bound and their earliest start stamp when it was last read: a gang binding more
+    members, or a job whose pods were replaced, is read again."""
 
 
 Outcome = Literal["succeeded", "failed", "gone while running"]
@@ -121,8 +122,8 @@ class JobHistory:
             bound = [p for p in members if tr.node_name_of(p)]
             if not bound:
                 continue
-            start = _start_s(bound)
             if all(_phase(p) in _TERMINAL for p in members):
+                start = _start_s(bound)
                 key = (job_id, start)
                 present.add(key)
                 if key not in self._charged:
@@ -130,14 +131,18 @@ class JobHistory:
                         self._ended(job_id, members, start, now, default_limit_s=default_time_limit_s)
                     )
                 continue
+            # Read once per run, not at every step: the same bound pods with the same start stamps
+            # (RFC 3339 UTC stamps of one form, so the earliest is the least string) are the same run.
+            stamps = (len(bound), min(_start_stamp(p) for p in bound))
             before = self._running.get(job_id)
-            if before is not None and before.start_s == start and before.bound == len(bound):
-                running[job_id] = before  # read once per run: the cache is re-read at every step
+            if before is not None and before.stamps == stamps:
+                running[job_id] = before
                 continue
+            start = _start_s(bound)
             if before is not None and before.start_s != start:  # its pods were replaced: a new run
                 gone.append(_gone(job_id, before, now))
             job = tr.job_from(job_id, members, None, default_time_limit_s)
-            running[job_id] = _Run(start, _gpus(bound), job.user, job.group, len(bound))
+            running[job_id] = _Run(start, _gpus(bound), job.user, job.group, stamps)
         finished = {e.job_id for e in ended}
         gone += [
             _gone(job_id, run, now)
@@ -201,6 +206,10 @@ def _gone(job_id: str, run: _Run, now: float) -> _Ended:
 
 def _phase(pod: tr.Obj) -> str:
     return str(pod.get("status", {}).get("phase", "Pending"))
+
+
+def _start_stamp(pod: tr.Obj) -> str:
+    return str(pod.get("status", {}).get("startTime") or pod["metadata"].get("creationTimestamp") or "")
 
 
 def _start_s(bound: Sequence[tr.Obj]) -> float:
