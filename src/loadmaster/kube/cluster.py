@@ -805,7 +805,7 @@ def _overfull_nodes(state: KubeState, assumed: Mapping[str, _Assumed]) -> set[st
         node = tr.node_name_of(pod) or (assumed[key].node if key in assumed else None)
         if node is None or pod.get("status", {}).get("phase") in {"Succeeded", "Failed"}:
             continue
-        request = tr.pod_request(pod)
+        request = state.request_of(pod)
         total = used.setdefault(node, [0, 0, 0])
         total[0] += request.whole_gpus
         total[1] += request.cpu_milli

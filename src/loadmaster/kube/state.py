@@ -61,10 +61,61 @@ class KubeState:
             "priorityclasses": {},
         }
         self._classes: dict[str, tr.PriorityInfo] = {}
+        self._class_objects: tuple[tr.Obj, ...] = ()
+        """The PriorityClass objects ``_classes`` was read from (a new dict only when they change)."""
+        self._jobs: dict[str, tuple[tuple[tr.Obj, ...], tr.Obj | None, dict[str, tr.PriorityInfo], Job]] = {}
+        """Job id -> the pods, PodGroup and classes its Job was read from, and the Job: the same objects
+        give the same Job object, so the scheduler's per-job caches (kept by job object) hold across
+        steps."""
         self.default_time_limit_s = default_time_limit_s
         self._table_key: tuple[object, ...] | None = None
         self._table: NodeTable | None = None
         self._mig: dict[int, tuple[MigModel, list[tuple[MigInstance, ...]]]] = {}
+        self._requests: dict[str, tuple[tr.Obj, TaskRequest]] = {}
+        """Pod key -> (the pod object, its request), for the objects still cached."""
+
+    def request_of(self, pod: tr.Obj) -> TaskRequest:
+        """``translate.pod_request(pod)``, kept while the informer keeps the same object.
+
+        A pod's requests are parsed from every container's quantities; the step reads every pod
+        at every cycle, and most did not change since the last (the informer replaces an object
+        when an event changes it, so the same object has the same spec). On 5,000 running pods
+        the parsing was half of building the snapshot.
+        """
+        key = tr.key_of(pod)
+        cached = self._requests.get(key)
+        if cached is not None and cached[0] is pod:
+            return cached[1]
+        request = tr.pod_request(pod)
+        self._requests[key] = (pod, request)
+        return request
+
+    def forget_requests(self) -> None:
+        """Drop the kept requests of pods no longer cached (bounded by the pods in the cache), and
+        the kept Jobs of jobs without a pod."""
+        pods = self.objects["pods"]
+        if len(self._requests) > len(pods):
+            self._requests = {k: v for k, v in self._requests.items() if k in pods}
+        if len(self._jobs) > len(pods):
+            alive = {tr.job_id_of(p) for p in pods.values()}
+            self._jobs = {k: v for k, v in self._jobs.items() if k in alive}
+
+    def _job(self, job_id: str, pods: list[tr.Obj], group: tr.Obj | None) -> Job:
+        """``translate.job_from`` of the job's pods, the same Job object while they are the same objects."""
+        kept = self._jobs.get(job_id)
+        if (
+            kept is not None
+            and kept[1] is group
+            and kept[2] is self._classes
+            and len(kept[0]) == len(pods)
+            and all(a is b for a, b in zip(kept[0], pods, strict=True))
+        ):
+            return kept[3]
+        job = tr.job_from(
+            job_id, pods, group, self.default_time_limit_s, self._classes, requests=self.request_of
+        )
+        self._jobs[job_id] = (tuple(pods), group, self._classes, job)
+        return job
 
     def replace(self, kind: str, items: list[tr.Obj]) -> None:
         """Replace everything of ``kind`` with a fresh list."""
@@ -117,8 +168,13 @@ class KubeState:
             return None
         table, schedulable = built
         index = {n.name: i for i, n in enumerate(table.nodes)}
-        free = _Free(table, mig_pool(table, self._mig))
-        self._classes = tr.priority_classes(self.objects["priorityclasses"].values())
+        free = _Free(table, mig_pool(table, self._mig), self.request_of)
+        classes = tuple(self.objects["priorityclasses"].values())
+        if len(classes) != len(self._class_objects) or any(
+            a is not b for a, b in zip(classes, self._class_objects, strict=True)
+        ):
+            self._classes = tr.priority_classes(classes)
+            self._class_objects = classes
         groups: dict[str, list[tr.Obj]] = defaultdict(list)
         for pod in sorted(self.objects["pods"].values(), key=tr.key_of):
             free.count_pod(pod, index)
@@ -143,6 +199,7 @@ class KubeState:
                 free.close(i)
         pending.sort(key=lambda p: (p.job.submit_s, p.job.id))
         view.snapshot = free.snapshot(running, pending)
+        self.forget_requests()
         return view
 
     def _add_job(  # noqa: PLR0917 - private helper of view(), one call site
@@ -174,7 +231,7 @@ class KubeState:
                 free.take_pod(pod, index[str(tr.node_name_of(pod))])
             view.unbound[job_id] = [tr.key_of(p) for p in unbound]  # their pods are told why they wait
             return
-        job = tr.job_from(job_id, pods, group, self.default_time_limit_s, self._classes)
+        job = self._job(job_id, pods, group)
         placements = tuple(free.take_pod(p, index[str(tr.node_name_of(p))]) for p in bound)
         view.jobs[job_id] = job
         view.bound[job_id] = [tr.key_of(p) for p in bound]
@@ -239,9 +296,15 @@ def holds_resources(pod: tr.Obj) -> bool:
 class _Free:
     """Free resources per GPU and node while bound pods are taken off, one by one."""
 
-    def __init__(self, table: NodeTable, mig: MigPool | None = None) -> None:
+    def __init__(
+        self,
+        table: NodeTable,
+        mig: MigPool | None = None,
+        requests: Callable[[tr.Obj], TaskRequest] = tr.pod_request,
+    ) -> None:
         self.table = table
         self.mig = mig
+        self.requests = requests
         self.gpu: npt.NDArray[np.int64] = np.where(table.gpu_exists(), MILLI_PER_GPU, 0).astype(np.int64)
         self.cpu = table.cpu_milli.copy()
         self.memory = table.memory_mib.copy()
@@ -259,7 +322,7 @@ class _Free:
             self.pods[node] -= 1
 
     def take_pod(self, pod: tr.Obj, node: int) -> TaskPlacement:
-        request = tr.pod_request(pod)
+        request = self.requests(pod)
         if request.mig_profile is not None:
             return self._take_mig(node, request)
         gpus = request.whole_gpus

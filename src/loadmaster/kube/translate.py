@@ -36,7 +36,7 @@ pod ``spec.affinity.nodeAffinity``         ``Job.affinity``
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_UP, Decimal, localcontext
@@ -447,10 +447,13 @@ def job_from(
     pod_group: Obj | None,
     default_time_limit_s: float,
     classes: Mapping[str, PriorityInfo] | None = None,
+    *,
+    requests: Callable[[Obj], TaskRequest] | None = None,
 ) -> Job:
     """A job from its pods (all of them, bound or not) and its PodGroup (None: a single pod).
 
-    ``classes`` are the cluster's PriorityClasses (:func:`priority_classes`).
+    ``classes`` are the cluster's PriorityClasses (:func:`priority_classes`); ``requests`` reads a
+    pod's request (default :func:`pod_request`; the driver's keeps what it parsed).
     The request is the first pod's (by name): members of a gang are identical.
     The job's submit time is the PodGroup's creation time, else its first pod's.
     """
@@ -473,7 +476,7 @@ def job_from(
         submit_s=created,
         tasks=tasks,
         min_available=min(max(min_member, 1), tasks),
-        request=pod_request(first),
+        request=(requests or pod_request)(first),
         time_limit_s=float(spec.get("activeDeadlineSeconds") or default_time_limit_s),
         queue=labels.get(QUEUE_LABEL, "default"),
         priority_class=str(spec.get("priorityClassName") or "normal"),
