@@ -183,6 +183,8 @@ def soak(cycles: int, sample: int, seed: int, progress: bool = True) -> dict[str
             "scheduler_flat_placements": len(cluster.scheduler._flat),
             "scheduler_feasible_memo": len(cluster.scheduler._feasible),
             "driver_reasons": len(cluster._reasons),
+            "state_requests": len(cluster.state._requests),
+            "state_jobs": len(cluster.state._jobs),
             "history_running": len(cluster.history._running),
             "history_charged": len(cluster.history._charged),
             "history_users": len(cluster.history.recent_runtimes),

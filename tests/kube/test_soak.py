@@ -40,5 +40,7 @@ def test_a_short_soak_keeps_every_cache_bounded() -> None:
     # Fair-share history: every finished or deleted run charged, only live pods remembered.
     assert m["usage_charged"] > 50
     assert sizes["history_running"] + sizes["history_charged"] <= sizes["pods_alive_at_end"]
+    # Translations kept across steps: only for pods (and their jobs) still in the cache.
+    assert 0 < sizes["state_jobs"] <= sizes["state_requests"] <= sizes["pods_alive_at_end"]
     _, growth = kube_soak.growth_mib(m["samples"], 150)
     assert growth < 10.0, m["samples"]
