@@ -13,11 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kube.helpers import Clock, a_node, a_pod, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster, utc_stamp
+from loadmaster.kube.metrics import SchedulerMetrics
 from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
 
@@ -77,9 +79,22 @@ def test_the_user_who_used_the_node_waits_behind_one_who_did_not(
     assert [key for key, _ in api.bindings] == (["team-b/b1"] if history else ["team-a/a2"])
     assert report.view is not None
     usage = report.view.snapshot.usage_gpu_s
+    metrics = SchedulerMetrics("slurm")
+    metrics.observe_cycle(report, {})
+    exposed = {
+        (s.labels["level"], s.labels["owner"]): s.value
+        for family in text_string_to_metric_families(metrics.exposition().decode())
+        for s in family.samples
+        if s.name == "loadmaster_fairshare_usage_gpu_seconds"
+    }
     if history:
-        assert usage["user/team-a"] == pytest.approx(8 * 9 * 3600 * 0.5 ** (3600 / (7 * 86_400)))
+        charged = 8 * 9 * 3600 * 0.5 ** (3600 / (7 * 86_400))
+        assert usage["user/team-a"] == pytest.approx(charged)
         assert report.view.snapshot.recent_runtimes_s == {"team-a": (9 * 3600.0,)}
         assert cluster.stats.counts["usage_charged"] == 1
+        assert exposed == {
+            ("user", "team-a"): pytest.approx(charged),
+            ("group", "team-a"): pytest.approx(charged),
+        }
     else:
-        assert dict(usage) == {}
+        assert dict(usage) == {} and exposed == {}

@@ -26,6 +26,9 @@ series                                                  type       labels
 ``loadmaster_gang_rollbacks_total``                     counter    ``profile``
 ``loadmaster_backfill_walks_skipped_total``             counter    ``profile``: cycles whose backfill
                                                                    walk was not due (``interval_s``)
+``loadmaster_fairshare_usage_gpu_seconds``              gauge      ``level`` (user, group), ``owner``: the
+                                                                   decayed GPU-seconds fair share reads
+                                                                   (Slurm's ``sshare`` EffectvUsage, raw)
 ``process_*``                                           (process)  resident memory, CPU, open files
 ======================================================  =========  =======================================
 
@@ -149,6 +152,13 @@ class SchedulerMetrics:
             ["profile"],
             registry=r,
         )
+        self.fairshare_usage = Gauge(
+            "loadmaster_fairshare_usage_gpu_seconds",
+            "GPU-seconds of the jobs that ended, per user and per group, decayed with the fair-share "
+            "half-life: what fair-share orders read (kube/history.py).",
+            ["level", "owner"],
+            registry=r,
+        )
         ProcessCollector(registry=r)
         for queue in ("active", "backoff", "unschedulable", "gated"):
             self.pending.labels(queue).set(0)
@@ -176,7 +186,7 @@ class SchedulerMetrics:
 
     def observe_cycle(self, report: StepReport, binds: Mapping[str, bool]) -> None:
         """One step that ran the scheduler: attempts by result, pending pods by queue, preemptions,
-        rollbacks, and a skipped periodic backfill walk.
+        rollbacks, a skipped periodic backfill walk, and the fair-share usage the cycle read.
 
         ``binds`` maps each pod key the step tried to bind to whether the API accepted it.
         Pods of jobs the view kept from the cycle (``View.incomplete``) were
@@ -213,6 +223,9 @@ class SchedulerMetrics:
             self.rollbacks.labels(self.profile).inc()
         if report.walks_skipped:
             self.walks_skipped.labels(self.profile).inc(report.walks_skipped)
+        for key, gpu_s in view.snapshot.usage_gpu_s.items():
+            level, _, owner = key.partition("/")
+            self.fairshare_usage.labels(level, owner).set(gpu_s)
 
     def exposition(self) -> bytes:
         """The text exposition of every series (what ``/metrics`` answers)."""
