@@ -168,9 +168,16 @@ def test_shares_and_mig_instances_count_by_their_gpu_share() -> None:
 
 def test_applied_puts_the_history_in_the_snapshot(caplog: Any) -> None:
     history = JobHistory()
-    with caplog.at_level(logging.INFO, logger="loadmaster.kube.history"):
+    with caplog.at_level(logging.DEBUG, logger="loadmaster.kube.history"):
         history.observe(pods_of(ran("a", 1, end=T0 + 10, phase="Succeeded")), NAMES, T0 + 10)
-    assert "fair-share usage charged: team-a/a succeeded, 10 GPU-seconds" in caplog.text
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        (
+            logging.DEBUG,
+            "fair-share usage charged: team-a/a succeeded, 10 GPU-seconds to user team-a and group team-a",
+        ),
+        (logging.INFO, "fair-share usage charged for 1 jobs that ended (1 succeeded), 0.0 GPU-hours"),
+    ]
     snapshot = history.applied(ClusterSnapshot.empty(a_cluster().nodes(1).build()), T0 + 10)
     assert snapshot.usage_gpu_s["user/team-a"] == pytest.approx(10.0)
     assert snapshot.recent_runtimes_s == {"team-a": (10.0,)}

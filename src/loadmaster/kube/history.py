@@ -149,8 +149,17 @@ class JobHistory:
             for job_id, run in self._running.items()
             if job_id not in running and job_id not in finished
         ]
-        for item in sorted([*ended, *gone], key=lambda e: (e.end_s, e.job_id)):
+        charged = sorted([*ended, *gone], key=lambda e: (e.end_s, e.job_id))
+        for item in charged:
             self._charge(item)
+        if charged:  # one line a step (a restart may charge thousands of finished jobs at once)
+            log.info(
+                "fair-share usage charged for %d jobs that ended (%d succeeded), %.1f GPU-hours",
+                len(charged),
+                sum(e.outcome == "succeeded" for e in charged),
+                sum(e.gpus * (e.end_s - e.start_s) for e in charged) / 3600,
+                extra={"jobs": len(charged)},
+            )
         self._charged = (self._charged | {(e.job_id, e.start_s) for e in ended}) & present
         self._first_seen_ended = {k: v for k, v in self._first_seen_ended.items() if k in present}
         self._running = running
@@ -188,7 +197,7 @@ class JobHistory:
             self.recent_runtimes[item.user] = (*past, item.end_s - item.start_s)[-keep:]
             limits = self.recent_limits.get(item.user, ())
             self.recent_limits[item.user] = (*limits, item.limit_s)[-keep:]
-        log.info(
+        log.debug(
             "fair-share usage charged: %s %s, %.0f GPU-seconds to user %s and group %s",
             item.job_id,
             item.outcome,
