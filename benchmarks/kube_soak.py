@@ -46,10 +46,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
+from kube.helpers import a_finished_status, a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
-from loadmaster.kube.cluster import KubeCluster, utc_stamp
+from loadmaster.kube.cluster import KubeCluster
 from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
 from results_io import print_targets, provenance, write_results
@@ -99,7 +99,7 @@ class Churn:
                     self.bound_at[key] = n
             for key in [k for k, at in self.bound_at.items() if n - at == RUN_CYCLES]:
                 if key in self.api.store["pods"]:
-                    self.api.patch("pods", key, {"status": finished_status(self.api.clock())})
+                    self.api.patch("pods", key, {"status": a_finished_status(self.api.clock())})
             done = [k for k, at in self.bound_at.items() if n - at >= RUN_CYCLES + FINISHED_CYCLES]
             gone = [k for k, at in self.born.items() if n - at >= GIVE_UP_CYCLES and k not in self.bound_at]
             for key in done + gone:
@@ -131,20 +131,6 @@ class Churn:
         }
         for key in [k for k in self.api.store["podgroups"] if k.split("/", 1)[1] not in alive]:
             self.api.delete("podgroups", key)
-
-
-def finished_status(now: float) -> dict[str, Any]:
-    """What the kubelet writes when a pod's one container has exited 0 (core/v1 PodStatus)."""
-    terminated = {"exitCode": 0, "reason": "Completed", "finishedAt": utc_stamp(now)}
-    container = {
-        "name": "main",
-        "image": "busybox",
-        "imageID": "docker.io/library/busybox@sha256:0",
-        "ready": False,
-        "restartCount": 0,
-        "state": {"terminated": terminated},
-    }
-    return {"phase": "Succeeded", "containerStatuses": [container]}
 
 
 def soak(cycles: int, sample: int, seed: int, progress: bool = True) -> dict[str, Any]:

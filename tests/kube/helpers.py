@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from loadmaster.kube.cluster import KubeCluster
+from loadmaster.kube.cluster import KubeCluster, utc_stamp
 from loadmaster_testing.kube_api import KubeApiDouble
 
 
@@ -52,6 +52,26 @@ def a_pod(name: str, gpus: int = 1, group: str | None = None, namespace: str = "
             ],
         },
     }
+
+
+def a_finished_status(end_s: float, start_s: float | None = None) -> dict[str, Any]:
+    """A pod's status as the kubelet writes it once its one container exited 0 (core/v1 PodStatus,
+    ContainerStateTerminated): phase Succeeded, the container's finishedAt and, with ``start_s``,
+    the pod's startTime."""
+    terminated = {"exitCode": 0, "reason": "Completed", "finishedAt": utc_stamp(end_s)}
+    container = {
+        "name": "main",
+        "image": "busybox",
+        "imageID": "docker.io/library/busybox@sha256:0",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"terminated": terminated},
+    }
+    status: dict[str, Any] = {"phase": "Succeeded", "containerStatuses": [container]}
+    if start_s is not None:
+        status["startTime"] = utc_stamp(start_s)
+        terminated["startedAt"] = utc_stamp(start_s)
+    return status
 
 
 def a_pod_group(name: str, min_member: int, namespace: str = "team-a") -> dict[str, Any]:

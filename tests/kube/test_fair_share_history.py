@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kube.helpers import Clock, a_node, a_pod, wait_synced
+from kube.helpers import Clock, a_finished_status, a_node, a_pod, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
 from loadmaster.kube.cluster import KubeCluster, utc_stamp
@@ -28,26 +28,7 @@ def finished_pod(name: str, namespace: str, start_s: float, end_s: float) -> dic
     pod = a_pod(name, 8, namespace=namespace)
     pod["metadata"]["creationTimestamp"] = utc_stamp(start_s - 30)
     pod["spec"]["nodeName"] = "n0"
-    terminated = {
-        "exitCode": 0,
-        "reason": "Completed",
-        "startedAt": utc_stamp(start_s),
-        "finishedAt": utc_stamp(end_s),
-    }
-    pod["status"] = {
-        "phase": "Succeeded",
-        "startTime": utc_stamp(start_s),
-        "containerStatuses": [
-            {
-                "name": "main",
-                "image": "busybox",
-                "imageID": "docker.io/library/busybox@sha256:0",
-                "ready": False,
-                "restartCount": 0,
-                "state": {"terminated": terminated},
-            }
-        ],
-    }
+    pod["status"] = a_finished_status(end_s, start_s)
     return pod
 
 
