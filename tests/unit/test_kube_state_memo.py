@@ -75,3 +75,16 @@ def test_what_is_kept_is_forgotten_with_the_pods() -> None:
     state.replace("pods", [a_pod("p0")])
     jobs_of(state)
     assert set(state._requests) == {"team-a/p0"} and set(state._jobs) == {"team-a/p0"}
+
+
+def test_a_job_that_left_keeps_none_of_its_pods() -> None:
+    """A kept Job holds its pods' objects: with gangs coming and going, only this view's jobs stay."""
+    state = a_state()
+    for wave in range(5):
+        gangs = [f"w{wave}-{g}" for g in range(3)]
+        state.replace("podgroups", [a_pod_group(name, 5) for name in gangs])
+        state.replace("pods", [a_pod(f"{name}-{m}", 1, name) for name in gangs for m in range(5)])
+        jobs_of(state)
+        assert set(state._jobs) == {f"team-a/{name}" for name in gangs}
+        kept = {id(pod) for pods, *_ in state._jobs.values() for pod in pods}
+        assert kept <= {id(pod) for pod in state.objects["pods"].values()}

@@ -243,8 +243,14 @@ class KubeCluster:
         started = time.perf_counter()
         self.drain()
         now = self.clock()
+        state = self.state
         charged = self.history.observe(
-            self.state.objects["pods"], self.state.scheduler_names, now, self.state.default_time_limit_s
+            state.objects["pods"],
+            state.scheduler_names,
+            now,
+            nodes=state.objects["nodes"],
+            default_time_limit_s=state.default_time_limit_s,
+            requests=state.request_of,
         )
         if charged:
             self.stats.add("usage_charged", charged)

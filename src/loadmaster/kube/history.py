@@ -1,4 +1,4 @@
-"""What the jobs this scheduler ran have used, read from their pods: fair share and run-time history.
+"""What the pods this scheduler ran have used, read from the cache: fair share and run-time history.
 
 The simulator charges each job's GPU-seconds to its user and its group when the job ends, with
 Slurm's half-life decay (:class:`~loadmaster.model.usage.UsageLedger`), and keeps each user's
@@ -7,28 +7,30 @@ from the snapshot: ``multifactor``'s fair-share factor (``slurm``, ``nsml``), th
 order's user-share and history inputs, and backfill's per-user run-time predictor. Without them
 a profile on Kubernetes would rank every user as if nobody had used anything, a different policy
 from the one the simulator evaluated. :class:`JobHistory` keeps the same numbers from the pods
-the informers cache:
+the informers cache, each pod charged once, by its UID:
 
-* a job whose pods have all finished (``status.phase`` Succeeded or Failed, the kubelet's
-  terminal phases) is charged once: its GPUs times the time from its first pod's
-  ``status.startTime`` to its last container's ``state.terminated.finishedAt`` (where no
-  container reports one, the time it was first seen finished), at that end time;
-* a job whose pods all Succeeded also adds its run time and time limit to its user's history
-  (a failed or stopped run says little about how long the job takes, as a preempted run in the
-  simulator);
-* a job seen running that disappears (deleted, evicted, preempted) is charged up to the time
-  its pods were first found gone, without history.
+* a pod runs from its ``status.startTime`` (set by the kubelet when it takes the pod; a pod bound
+  and not yet taken has used nothing);
+* a pod in a terminal phase (``Succeeded`` or ``Failed``) is charged its GPUs from then to its
+  last container's ``state.terminated.finishedAt``; where no container reports one (a pod that
+  failed before a container ran), to its conditions' last transition, else, if this scheduler saw
+  it running, to when it first saw it ended; else (a restart, nothing to go by) not at all;
+* a pod seen running that is gone (deleted, evicted, preempted, replaced) is charged up to when it
+  was first found gone;
+* a job whose pods all Succeeded adds its run time (first start to last end) and time limit to
+  its user's history once (a failed or stopped run says little about how long the job takes, as
+  a preempted run in the simulator).
 
 The ledger lives in memory. After a restart or a change of leader, the finished pods still in
 the API (Kubernetes keeps them until a Job's ``ttlSecondsAfterFinished`` or the pod garbage
-collector removes them) are charged again at their own end times, so the usage of every job whose
-pods remain is rebuilt as it was; the usage of jobs whose pods are gone, and of runs stopped
-while no replica watched, is lost (Slurm keeps usage in its accounting database; docs/kubernetes.md
-lists the difference).
+collector removes them) are charged again at their own end times, so the usage of every pod that
+remains is rebuilt as it was; the usage of pods already removed, and of runs stopped while no
+replica watched, is lost (Slurm keeps usage in its accounting database; docs/kubernetes.md lists
+the differences).
 
 Memory stays bounded: the ledger holds a number per user and group, the history at most
-``history_jobs`` run times per user, and the record of charged jobs only those whose pods are
-still in the cache.
+``history_jobs`` run times per user, and the records of running, charged and recorded pods only
+those still in the cache.
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ from __future__ import annotations
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
 
+from loadmaster.errors import LoadmasterError
 from loadmaster.kube import translate as tr
-from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot
+from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, TaskRequest
+from loadmaster.model.mig import mig_model_for
 from loadmaster.model.usage import HALF_LIFE_S, HISTORY_JOBS, UsageLedger
 
 log = logging.getLogger(__name__)
@@ -49,38 +52,29 @@ log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 _MIG_SLICES = re.compile(r"^(\d+)g\.")
 MIG_COMPUTE_SLICES = 7
-"""Compute slices of a MIG-capable GPU (A100, H100, H200): a ``3g`` instance is charged 3/7 of one."""
+"""Compute slices of a MIG GPU whose model the node does not name (A100, H100 and H200 have 7)."""
 
 
 @dataclass(frozen=True, slots=True)
-class _Run:
-    """A job seen running: what charging it needs if it disappears."""
+class _PodRun:
+    """A pod that started: what charging it needs."""
 
+    key: str
     start_s: float
     gpus: float
     user: str
     group: str
-    stamps: tuple[int, str]
-    """Pods bound and their earliest start stamp when it was last read: a gang binding more
-    members, or a job whose pods were replaced, is read again."""
-
-
-Outcome = Literal["succeeded", "failed", "gone while running"]
-GONE: Outcome = "gone while running"
 
 
 @dataclass(frozen=True, slots=True)
-class _Ended:
-    """A run to charge: its GPUs from ``start_s`` to ``end_s``, and how it ended."""
-
-    job_id: str
-    start_s: float
+class _Charge:
+    run: _PodRun
     end_s: float
-    gpus: float
-    user: str
-    group: str
-    limit_s: float
-    outcome: Outcome
+    how: str
+
+    @property
+    def gpu_s(self) -> float:
+        return self.run.gpus * max(self.end_s - self.run.start_s, 0.0)
 
 
 class JobHistory:
@@ -96,74 +90,74 @@ class JobHistory:
         self.recent_runtimes: dict[str, tuple[float, ...]] = {}
         self.recent_limits: dict[str, tuple[float, ...]] = {}
         """The time limits of the jobs of ``recent_runtimes``, in the same order."""
-        self._running: dict[str, _Run] = {}
-        self._charged: set[tuple[str, float]] = set()
-        """(job id, start) of the finished jobs already charged whose pods are still cached."""
-        self._first_seen_ended: dict[tuple[str, float], float] = {}
-        """When a finished job without a container end time was first seen so."""
+        self._running: dict[str, _PodRun] = {}
+        """Pods seen started and not ended, by UID."""
+        self._charged: set[str] = set()
+        """UIDs of the ended pods already charged (or found not chargeable) that are still cached."""
+        self._recorded: dict[str, frozenset[str]] = {}
+        """Job id -> the UIDs of the succeeded run put in the history (a later run has new UIDs)."""
+        self._unreadable: set[str] = set()
+        """UIDs of pods whose request could not be read (warned once)."""
 
     def observe(
         self,
         pods: Mapping[str, tr.Obj],
         scheduler_names: Collection[str],
         now: float,
+        *,
+        nodes: Mapping[str, tr.Obj] | None = None,
         default_time_limit_s: float = tr.DEFAULT_TIME_LIMIT_S,
+        requests: Callable[[tr.Obj], TaskRequest] = tr.pod_request,
     ) -> int:
-        """Charge what ended since the last call (see the module); how many jobs were charged."""
+        """Charge what ended since the last call (see the module); how many pods were charged."""
+        charges: list[_Charge] = []
+        running: dict[str, _PodRun] = {}
+        ended: set[str] = set()
         jobs: dict[str, list[tr.Obj]] = defaultdict(list)
         for pod in pods.values():
-            if tr.is_ours(pod, scheduler_names):
-                jobs[tr.job_id_of(pod)].append(pod)
-        running: dict[str, _Run] = {}
-        ended: list[_Ended] = []
-        gone: list[_Ended] = []
-        present: set[tuple[str, float]] = set()
-        for job_id, members in jobs.items():
-            bound = [p for p in members if tr.node_name_of(p)]
-            if not bound:
+            if not tr.is_ours(pod, scheduler_names):
                 continue
-            if all(_phase(p) in _TERMINAL for p in members):
-                start = _start_s(bound)
-                key = (job_id, start)
-                present.add(key)
-                if key not in self._charged:
-                    ended.append(
-                        self._ended(job_id, members, start, now, default_limit_s=default_time_limit_s)
-                    )
+            jobs[tr.job_id_of(pod)].append(pod)
+            uid, stamp = _uid(pod), pod.get("status", {}).get("startTime")
+            if not tr.node_name_of(pod) or not stamp:
+                continue  # not taken by a kubelet yet: nothing used
+            run = self._running.get(uid)
+            if _phase(pod) not in _TERMINAL:
+                run = run or self._read(pod, uid, nodes or {}, requests)
+                if run is not None:
+                    running[uid] = run
                 continue
-            # Read once per run, not at every step: the same bound pods with the same start stamps
-            # (RFC 3339 UTC stamps of one form, so the earliest is the least string) are the same run.
-            stamps = (len(bound), min(_start_stamp(p) for p in bound))
-            before = self._running.get(job_id)
-            if before is not None and before.stamps == stamps:
-                running[job_id] = before
+            ended.add(uid)
+            if uid in self._charged:
                 continue
-            start = _start_s(bound)
-            if before is not None and before.start_s != start:  # its pods were replaced: a new run
-                gone.append(_gone(job_id, before, now))
-            job = tr.job_from(job_id, members, None, default_time_limit_s)
-            running[job_id] = _Run(start, _gpus(bound), job.user, job.group, stamps)
-        finished = {e.job_id for e in ended}
-        gone += [
-            _gone(job_id, run, now)
-            for job_id, run in self._running.items()
-            if job_id not in running and job_id not in finished
+            self._charged.add(uid)  # charged now, or never: nothing says when it ended
+            seen_running = run is not None
+            run = run or self._read(pod, uid, nodes or {}, requests)
+            end = _ended_s(pod)
+            if end is None and seen_running:
+                end = now
+            if run is not None and end is not None:
+                charges.append(_Charge(run, end, str(_phase(pod))))
+        charges += [
+            _Charge(run, max(now, run.start_s), "gone while running")
+            for uid, run in self._running.items()
+            if uid not in running and uid not in ended
         ]
-        charged = sorted([*ended, *gone], key=lambda e: (e.end_s, e.job_id))
-        for item in charged:
-            self._charge(item)
-        if charged:  # one line a step (a restart may charge thousands of finished jobs at once)
-            log.info(
-                "fair-share usage charged for %d jobs that ended (%d succeeded), %.1f GPU-hours",
-                len(charged),
-                sum(e.outcome == "succeeded" for e in charged),
-                sum(e.gpus * (e.end_s - e.start_s) for e in charged) / 3600,
-                extra={"jobs": len(charged)},
-            )
-        self._charged = (self._charged | {(e.job_id, e.start_s) for e in ended}) & present
-        self._first_seen_ended = {k: v for k, v in self._first_seen_ended.items() if k in present}
+        charges.sort(key=lambda c: (c.end_s, c.run.key))
+        for charge in charges:
+            self._charge(charge)
+        self._history(jobs, default_time_limit_s)
         self._running = running
-        return len(ended) + len(gone)
+        self._charged &= ended
+        self._unreadable &= {_uid(p) for members in jobs.values() for p in members}
+        if charges:  # one line a step (a restart may charge thousands of finished pods at once)
+            log.info(
+                "fair-share usage charged for %d pods that ended, %.1f GPU-hours",
+                len(charges),
+                sum(c.gpu_s for c in charges) / 3600,
+                extra={"pods": len(charges)},
+            )
+        return len(charges)
 
     def applied(self, snapshot: ClusterSnapshot, now: float) -> ClusterSnapshot:
         """``snapshot`` carrying this history: usage as of ``now``, run times and limits."""
@@ -174,81 +168,102 @@ class JobHistory:
             recent_limits_s=dict(self.recent_limits),
         )
 
-    def _ended(
-        self, job_id: str, members: Sequence[tr.Obj], start: float, now: float, *, default_limit_s: float
-    ) -> _Ended:
-        job = tr.job_from(job_id, members, None, default_limit_s)
-        bound = [p for p in members if tr.node_name_of(p)]
-        known = [f for f in map(_finished_s, bound) if f is not None]
-        # No container says when it ended: when this scheduler first saw it ended.
-        end = max(known) if known else self._first_seen_ended.setdefault((job_id, start), now)
-        outcome: Outcome = "succeeded" if all(_phase(p) == "Succeeded" for p in members) else "failed"
-        return _Ended(
-            job_id, start, max(end, start), _gpus(bound), job.user, job.group, job.time_limit_s, outcome
-        )
+    def _read(
+        self, pod: tr.Obj, uid: str, nodes: Mapping[str, tr.Obj], requests: Callable[[tr.Obj], TaskRequest]
+    ) -> _PodRun | None:
+        """The pod's run, or None (warned once) where its request cannot be read."""
+        try:
+            request = requests(pod)
+        except LoadmasterError as error:
+            if uid not in self._unreadable:
+                self._unreadable.add(uid)
+                log.warning("fair share: pod %s not charged: %s", tr.key_of(pod), error)
+            return None
+        user, group = _owners(pod)
+        start = tr.timestamp_s(pod.get("status", {}).get("startTime"))
+        return _PodRun(tr.key_of(pod), start, _gpus(request, pod, nodes), user, group)
 
-    def _charge(self, item: _Ended) -> None:
-        gpu_s = item.gpus * (item.end_s - item.start_s)
-        self.usage.charge(f"user/{item.user}", gpu_s, item.end_s)
-        self.usage.charge(f"group/{item.group}", gpu_s, item.end_s)
-        if item.outcome == "succeeded":
-            keep = self.history_jobs
-            past = self.recent_runtimes.get(item.user, ())
-            self.recent_runtimes[item.user] = (*past, item.end_s - item.start_s)[-keep:]
-            limits = self.recent_limits.get(item.user, ())
-            self.recent_limits[item.user] = (*limits, item.limit_s)[-keep:]
+    def _charge(self, charge: _Charge) -> None:
+        run = charge.run
+        self.usage.charge(f"user/{run.user}", charge.gpu_s, charge.end_s)
+        self.usage.charge(f"group/{run.group}", charge.gpu_s, charge.end_s)
         log.debug(
-            "fair-share usage charged: %s %s, %.0f GPU-seconds to user %s and group %s",
-            item.job_id,
-            item.outcome,
-            gpu_s,
-            item.user,
-            item.group,
-            extra={"job": item.job_id, "gpu_s": gpu_s, "user": item.user, "group": item.group},
+            "fair-share usage charged: pod %s %s, %.0f GPU-seconds to user %s and group %s",
+            run.key,
+            charge.how,
+            charge.gpu_s,
+            run.user,
+            run.group,
+            extra={"pod": run.key, "gpu_s": charge.gpu_s, "user": run.user, "group": run.group},
         )
 
+    def _history(self, jobs: Mapping[str, list[tr.Obj]], default_time_limit_s: float) -> None:
+        """Each job whose pods all Succeeded, once per run: its run time and limit, in end order."""
+        done: list[tuple[float, str, str, float, float]] = []
+        for job_id, members in jobs.items():
+            uids = frozenset(_uid(p) for p in members)
+            kept = self._recorded.get(job_id)
+            if kept is not None and uids <= kept:
+                continue  # this run, recorded already (its pods may be going one by one)
+            if not all(_phase(p) == "Succeeded" and p.get("status", {}).get("startTime") for p in members):
+                continue
+            ends = [_ended_s(p) for p in members]
+            if any(end is None for end in ends):
+                continue  # no end to read: no run time to keep
+            start = min(tr.timestamp_s(p["status"]["startTime"]) for p in members)
+            end = max(e for e in ends if e is not None)
+            first = min(members, key=lambda p: str(p["metadata"]["name"]))
+            limit = float(first.get("spec", {}).get("activeDeadlineSeconds") or default_time_limit_s)
+            done.append((end, job_id, _owners(first)[0], max(end - start, 0.0), limit))
+            self._recorded[job_id] = uids
+        keep = self.history_jobs
+        for _, _, user, run_s, limit_s in sorted(done):
+            self.recent_runtimes[user] = (*self.recent_runtimes.get(user, ()), run_s)[-keep:]
+            self.recent_limits[user] = (*self.recent_limits.get(user, ()), limit_s)[-keep:]
+        self._recorded = {k: v for k, v in self._recorded.items() if k in jobs}
 
-def _gone(job_id: str, run: _Run, now: float) -> _Ended:
-    """``run`` charged up to ``now``, when its pods were found gone (no end time to read)."""
-    return _Ended(job_id, run.start_s, max(now, run.start_s), run.gpus, run.user, run.group, 0.0, GONE)
+
+def _uid(pod: tr.Obj) -> str:
+    """The pod's UID (a new pod of the same name has a new one); its key where the API gave none."""
+    return str(pod["metadata"].get("uid") or tr.key_of(pod))
 
 
 def _phase(pod: tr.Obj) -> str:
     return str(pod.get("status", {}).get("phase", "Pending"))
 
 
-def _start_stamp(pod: tr.Obj) -> str:
-    return str(pod.get("status", {}).get("startTime") or pod["metadata"].get("creationTimestamp") or "")
+def _owners(pod: tr.Obj) -> tuple[str, str]:
+    """The user and group a pod's job is charged to, as ``translate.job_from`` names them."""
+    labels: Mapping[str, str] = pod["metadata"].get("labels") or {}
+    namespace = str(pod["metadata"].get("namespace", "default"))
+    return labels.get(tr.USER_LABEL, namespace), labels.get(tr.GROUP_LABEL, namespace)
 
 
-def _start_s(bound: Sequence[tr.Obj]) -> float:
-    """The earliest ``status.startTime`` of the bound pods, else their earliest creation time."""
-    started = [tr.timestamp_s(p.get("status", {}).get("startTime")) for p in bound]
-    known = [s for s in started if s > 0]
-    if known:
-        return min(known)
-    return min(tr.timestamp_s(p["metadata"].get("creationTimestamp")) for p in bound)
-
-
-def _finished_s(pod: tr.Obj) -> float | None:
-    """The latest ``finishedAt`` of the pod's terminated containers, or None if none reports one."""
+def _ended_s(pod: tr.Obj) -> float | None:
+    """When a terminal pod ended: its containers' latest ``finishedAt``, else its conditions' latest
+    ``lastTransitionTime`` (Ready turns False when it ends), else None."""
+    status = pod.get("status", {})
     ends = [
-        tr.timestamp_s(((status.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-        for status in pod.get("status", {}).get("containerStatuses") or ()
+        tr.timestamp_s(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for s in status.get("containerStatuses") or ()
     ]
+    if not any(e > 0 for e in ends):
+        ends = [tr.timestamp_s(c.get("lastTransitionTime")) for c in status.get("conditions") or ()]
     known = [e for e in ends if e > 0]
     return max(known) if known else None
 
 
-def _gpus(bound: Sequence[tr.Obj]) -> float:
-    """GPUs the bound pods hold: whole GPUs and shares as requested, a MIG instance by its slices."""
-    milli = 0
-    for pod in bound:
-        request = tr.pod_request(pod)
-        if request.mig_profile is not None:
-            found = _MIG_SLICES.match(request.mig_profile)
-            slices = int(found.group(1)) if found else 1
-            milli += slices * MILLI_PER_GPU // MIG_COMPUTE_SLICES
-        else:
-            milli += request.gpu_milli
-    return milli / MILLI_PER_GPU
+def _gpus(request: TaskRequest, pod: tr.Obj, nodes: Mapping[str, tr.Obj]) -> float:
+    """GPUs the pod holds: whole GPUs and shares as requested; a MIG instance its compute slices over
+    its GPU model's (the node's ``nvidia.com/gpu.product``, as the simulator counts MIG time)."""
+    if request.mig_profile is None:
+        return request.gpu_milli / MILLI_PER_GPU
+    node = nodes.get(tr.node_name_of(pod) or "")
+    product = ((node or {}).get("metadata", {}).get("labels") or {}).get(tr.PRODUCT_LABEL, "")
+    model = mig_model_for(str(product))
+    if model is not None and model.has(request.mig_profile):
+        slices, total = model.profile(request.mig_profile).compute_slices, model.compute_slices
+    else:
+        found = _MIG_SLICES.match(request.mig_profile)
+        slices, total = (int(found.group(1)) if found else 1), MIG_COMPUTE_SLICES
+    return (MILLI_PER_GPU * slices // total) / MILLI_PER_GPU

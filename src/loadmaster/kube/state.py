@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,15 +90,12 @@ class KubeState:
         self._requests[key] = (pod, request)
         return request
 
-    def forget_requests(self) -> None:
-        """Drop the kept requests of pods no longer cached (bounded by the pods in the cache), and
-        the kept Jobs of jobs without a pod."""
+    def forget(self, jobs: Collection[str]) -> None:
+        """Keep only the requests of pods still cached and the Jobs of ``jobs`` (this view's): a kept
+        Job holds its pods' objects, so a job that left must not keep a gang's worth of old ones."""
         pods = self.objects["pods"]
-        if len(self._requests) > len(pods):
-            self._requests = {k: v for k, v in self._requests.items() if k in pods}
-        if len(self._jobs) > len(pods):
-            alive = {tr.job_id_of(p) for p in pods.values()}
-            self._jobs = {k: v for k, v in self._jobs.items() if k in alive}
+        self._requests = {k: v for k, v in self._requests.items() if k in pods}
+        self._jobs = {k: v for k, v in self._jobs.items() if k in jobs}
 
     def _job(self, job_id: str, pods: list[tr.Obj], group: tr.Obj | None) -> Job:
         """``translate.job_from`` of the job's pods, the same Job object while they are the same objects."""
@@ -199,7 +196,7 @@ class KubeState:
                 free.close(i)
         pending.sort(key=lambda p: (p.job.submit_s, p.job.id))
         view.snapshot = free.snapshot(running, pending)
-        self.forget_requests()
+        self.forget(groups.keys())
         return view
 
     def _add_job(  # noqa: PLR0917 - private helper of view(), one call site

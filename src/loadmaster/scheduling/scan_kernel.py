@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -187,14 +186,11 @@ class Loader:
     def load(self) -> Callable[..., tuple[float, int]] | None:
         """Load it now (None where numba is not installed)."""
         if not self._loaded:
-            started = time.perf_counter()
             self._fn, self._loaded = _compiled(), True
             if self._fn is not None:  # a long-running scheduler says once why its searches sped up
                 log.info(
-                    "reservation searches now count candidates with the compiled count "
-                    "(after %d scans; loaded in %.2f s)",
+                    "reservation searches now count candidates with the compiled count (after %d scans)",
                     self.scans,
-                    time.perf_counter() - started,
                 )
         return self._fn
 
