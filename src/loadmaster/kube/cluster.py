@@ -809,7 +809,7 @@ def _overfull_nodes(state: KubeState, assumed: Mapping[str, _Assumed]) -> set[st
     pods = state.objects["pods"]
     for key, pod in pods.items():
         node = tr.node_name_of(pod) or (assumed[key].node if key in assumed else None)
-        if node is None or pod.get("status", {}).get("phase") in {"Succeeded", "Failed"}:
+        if node is None or tr.phase_of(pod) in tr.TERMINAL_PHASES:
             continue
         request = state.request_of(pod)
         total = used.setdefault(node, [0, 0, 0])

@@ -44,12 +44,11 @@ from dataclasses import dataclass, replace
 from loadmaster.errors import LoadmasterError
 from loadmaster.kube import translate as tr
 from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, TaskRequest
-from loadmaster.model.mig import mig_model_for
+from loadmaster.model.mig import instance_milli, mig_model_for
 from loadmaster.model.usage import HALF_LIFE_S, HISTORY_JOBS, UsageLedger
 
 log = logging.getLogger(__name__)
 
-_TERMINAL = frozenset({"Succeeded", "Failed"})
 _MIG_SLICES = re.compile(r"^(\d+)g\.")
 MIG_COMPUTE_SLICES = 7
 """Compute slices of a MIG GPU whose model the node does not name (A100, H100 and H200 have 7)."""
@@ -122,7 +121,7 @@ class JobHistory:
             if not tr.node_name_of(pod) or not stamp:
                 continue  # not taken by a kubelet yet: nothing used
             run = self._running.get(uid)
-            if _phase(pod) not in _TERMINAL:
+            if tr.phase_of(pod) not in tr.TERMINAL_PHASES:
                 run = run or self._read(pod, uid, nodes or {}, requests)
                 if run is not None:
                     running[uid] = run
@@ -137,7 +136,7 @@ class JobHistory:
             if end is None and seen_running:
                 end = now
             if run is not None and end is not None:
-                charges.append(_Charge(run, end, str(_phase(pod))))
+                charges.append(_Charge(run, end, tr.phase_of(pod)))
         charges += [
             _Charge(run, max(now, run.start_s), "gone while running")
             for uid, run in self._running.items()
@@ -179,7 +178,7 @@ class JobHistory:
                 self._unreadable.add(uid)
                 log.warning("fair share: pod %s not charged: %s", tr.key_of(pod), error)
             return None
-        user, group = _owners(pod)
+        user, group = tr.owners_of(pod)
         start = tr.timestamp_s(pod.get("status", {}).get("startTime"))
         return _PodRun(tr.key_of(pod), start, _gpus(request, pod, nodes), user, group)
 
@@ -201,12 +200,14 @@ class JobHistory:
         """Each job whose pods all Succeeded, once per run: its run time and limit, in end order."""
         done: list[tuple[float, str, str, float, float]] = []
         for job_id, members in jobs.items():
+            if not all(
+                tr.phase_of(p) == "Succeeded" and p.get("status", {}).get("startTime") for p in members
+            ):
+                continue  # most jobs, at every step: still running or waiting
             uids = frozenset(_uid(p) for p in members)
             kept = self._recorded.get(job_id)
             if kept is not None and uids <= kept:
                 continue  # this run, recorded already (its pods may be going one by one)
-            if not all(_phase(p) == "Succeeded" and p.get("status", {}).get("startTime") for p in members):
-                continue
             ends = [_ended_s(p) for p in members]
             if any(end is None for end in ends):
                 continue  # no end to read: no run time to keep
@@ -214,7 +215,7 @@ class JobHistory:
             end = max(e for e in ends if e is not None)
             first = min(members, key=lambda p: str(p["metadata"]["name"]))
             limit = float(first.get("spec", {}).get("activeDeadlineSeconds") or default_time_limit_s)
-            done.append((end, job_id, _owners(first)[0], max(end - start, 0.0), limit))
+            done.append((end, job_id, tr.owners_of(first)[0], max(end - start, 0.0), limit))
             self._recorded[job_id] = uids
         keep = self.history_jobs
         for _, _, user, run_s, limit_s in sorted(done):
@@ -226,17 +227,6 @@ class JobHistory:
 def _uid(pod: tr.Obj) -> str:
     """The pod's UID (a new pod of the same name has a new one); its key where the API gave none."""
     return str(pod["metadata"].get("uid") or tr.key_of(pod))
-
-
-def _phase(pod: tr.Obj) -> str:
-    return str(pod.get("status", {}).get("phase", "Pending"))
-
-
-def _owners(pod: tr.Obj) -> tuple[str, str]:
-    """The user and group a pod's job is charged to, as ``translate.job_from`` names them."""
-    labels: Mapping[str, str] = pod["metadata"].get("labels") or {}
-    namespace = str(pod["metadata"].get("namespace", "default"))
-    return labels.get(tr.USER_LABEL, namespace), labels.get(tr.GROUP_LABEL, namespace)
 
 
 def _ended_s(pod: tr.Obj) -> float | None:
@@ -262,8 +252,7 @@ def _gpus(request: TaskRequest, pod: tr.Obj, nodes: Mapping[str, tr.Obj]) -> flo
     product = ((node or {}).get("metadata", {}).get("labels") or {}).get(tr.PRODUCT_LABEL, "")
     model = mig_model_for(str(product))
     if model is not None and model.has(request.mig_profile):
-        slices, total = model.profile(request.mig_profile).compute_slices, model.compute_slices
-    else:
-        found = _MIG_SLICES.match(request.mig_profile)
-        slices, total = (int(found.group(1)) if found else 1), MIG_COMPUTE_SLICES
-    return (MILLI_PER_GPU * slices // total) / MILLI_PER_GPU
+        return instance_milli(model, request.mig_profile) / MILLI_PER_GPU
+    found = _MIG_SLICES.match(request.mig_profile)
+    slices = int(found.group(1)) if found else 1
+    return (MILLI_PER_GPU * slices // MIG_COMPUTE_SLICES) / MILLI_PER_GPU

@@ -286,8 +286,7 @@ def holds_resources(pod: tr.Obj) -> bool:
     stopped its containers and the API server has removed it (up to its grace
     period): counting it as free would let two pods share a GPU meanwhile.
     """
-    phase = pod.get("status", {}).get("phase", "Pending")
-    return tr.node_name_of(pod) is not None and phase not in {"Succeeded", "Failed"}
+    return tr.node_name_of(pod) is not None and tr.phase_of(pod) not in tr.TERMINAL_PHASES
 
 
 class _Free:
@@ -314,8 +313,7 @@ class _Free:
         """Take one of the node's pod slots for any pod on it that has not finished (Terminating too:
         kube-scheduler's cache holds a pod until it is deleted)."""
         node = index.get(tr.node_name_of(pod) or "")
-        phase = pod.get("status", {}).get("phase", "Pending")
-        if self.pods is not None and node is not None and phase not in {"Succeeded", "Failed"}:
+        if self.pods is not None and node is not None and tr.phase_of(pod) not in tr.TERMINAL_PHASES:
             self.pods[node] -= 1
 
     def take_pod(self, pod: tr.Obj, node: int) -> TaskPlacement:

@@ -421,10 +421,25 @@ def is_ours(pod: Obj, names: Collection[str] = (SCHEDULER_NAME,)) -> bool:
     return pod.get("spec", {}).get("schedulerName") in names
 
 
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+"""The kubelet's phases of a pod whose containers have all ended (they hold nothing any more)."""
+
+
+def phase_of(pod: Obj) -> str:
+    """The pod's ``status.phase`` (``Pending`` until the API server or kubelet writes one)."""
+    return str(pod.get("status", {}).get("phase", "Pending"))
+
+
+def owners_of(pod: Obj) -> tuple[str, str]:
+    """The user and the group a pod's job belongs to: its labels, else its namespace."""
+    labels: Mapping[str, str] = pod["metadata"].get("labels") or {}
+    namespace = str(pod["metadata"].get("namespace", "default"))
+    return labels.get(USER_LABEL, namespace), labels.get(GROUP_LABEL, namespace)
+
+
 def is_active(pod: Obj) -> bool:
     """True for a pod that holds or wants resources: not finished and not being deleted."""
-    phase = pod.get("status", {}).get("phase", "Pending")
-    return phase not in {"Succeeded", "Failed"} and not pod["metadata"].get("deletionTimestamp")
+    return phase_of(pod) not in TERMINAL_PHASES and not pod["metadata"].get("deletionTimestamp")
 
 
 def node_name_of(pod: Obj) -> str | None:
@@ -460,7 +475,7 @@ def job_from(
     first = min(pods, key=lambda p: str(p["metadata"]["name"]))
     meta, spec = first["metadata"], first.get("spec", {})
     labels: Mapping[str, str] = meta.get("labels") or {}
-    namespace = str(meta.get("namespace", "default"))
+    user, group = owners_of(first)
     tasks = len(pods)
     min_member = tasks
     created = min(timestamp_s(p["metadata"].get("creationTimestamp")) for p in pods)
@@ -471,8 +486,8 @@ def job_from(
     value, may_preempt = priority_of(first, classes or {})
     return Job(
         id=job_id,
-        user=labels.get(USER_LABEL, namespace),
-        group=labels.get(GROUP_LABEL, namespace),
+        user=user,
+        group=group,
         submit_s=created,
         tasks=tasks,
         min_available=min(max(min_member, 1), tasks),

@@ -129,6 +129,12 @@ def mig_model_for(gpu_model: str) -> MigModel | None:
     return None
 
 
+def instance_milli(model: MigModel, profile: str) -> int:
+    """An instance's compute share in milli-GPU: its compute slices over the model's (a 1g of 7 is 142),
+    what GPU-time accounting charges it."""
+    return 1000 * model.profile(profile).compute_slices // model.compute_slices
+
+
 def profile_name(resource: str) -> str:
     """``1g.10gb`` from ``nvidia.com/mig-1g.10gb`` or ``1g.10gb``; a ModelError for anything else."""
     name = resource.removeprefix(MIG_RESOURCE_PREFIX)

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.errors import ModelError
-from loadmaster.model.mig import MigInstance, MigModel, MigSlot, check_layout
+from loadmaster.model.mig import MigInstance, MigModel, MigSlot, check_layout, instance_milli
 
 
 @dataclass(slots=True)
@@ -147,8 +147,7 @@ class MigPool:
             return None
         gpu = self.gpus[(node, best[1])]
         instance = gpu.layout[best[2]]
-        milli = 1000 * gpu.model.profile(profile).compute_slices // gpu.model.compute_slices
-        return MigSlot(best[1], profile, instance.start, milli)
+        return MigSlot(best[1], profile, instance.start, instance_milli(gpu.model, profile))
 
     def occupy(self, node: int, slot: MigSlot) -> None:
         """Mark ``slot`` used; a ModelError if it is not a free instance of a ready GPU."""
