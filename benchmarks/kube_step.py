@@ -39,9 +39,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from kube.helpers import a_node, a_pod, a_pod_group
-from loadmaster.kube.cluster import utc_stamp
 from loadmaster.kube.history import JobHistory
 from loadmaster.kube.state import KubeState
+from loadmaster.kube.translate import utc_stamp
 from results_io import print_targets, provenance, write_results
 
 ROOT = Path(__file__).resolve().parents[1]

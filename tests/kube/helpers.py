@@ -8,7 +8,8 @@ from typing import Any
 
 import yaml
 
-from loadmaster.kube.cluster import KubeCluster, utc_stamp
+from loadmaster.kube.cluster import KubeCluster
+from loadmaster.kube.translate import utc_stamp
 from loadmaster_testing.kube_api import KubeApiDouble
 
 

@@ -15,6 +15,7 @@ from kube.helpers import a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.cli import app
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.checkpoint import UsageCheckpoint
 from loadmaster.kube.cluster import KubeCluster
 from loadmaster.kube.queues import plugin_args_from, profile_with
 from loadmaster.kube.reclaim import KubeReclaimer
@@ -94,10 +95,22 @@ def test_the_scheduler_objects_are_granted_by_name_in_its_namespace_only() -> No
     args = by_kind("Deployment", "loadmaster")["spec"]["template"]["spec"]["containers"][0]["args"]
     flags = dict(a.removeprefix("--").split("=", 1) for a in args if "=" in a)
     queues_ns, _, queues_name = flags["queues"].partition("/")
-    assert role["metadata"]["namespace"] == queues_ns == flags["lease-namespace"]
-    named = {r["resources"][0]: r.get("resourceNames") for r in role["rules"] if r["verbs"] != ["create"]}
-    assert named == {"configmaps": [queues_name], "leases": [LeaderElector.name]}
-    assert [r["resources"] for r in role["rules"] if r["verbs"] == ["create"]] == [["leases"]]
+    checkpoint_ns, _, checkpoint_name = flags["fairshare-checkpoint"].partition("/")
+    assert role["metadata"]["namespace"] == queues_ns == checkpoint_ns == flags["lease-namespace"]
+    named = {
+        (r["resources"][0], tuple(r["verbs"])): r.get("resourceNames")
+        for r in role["rules"]
+        if r["verbs"] != ["create"]
+    }
+    assert named == {
+        ("configmaps", ("get",)): [queues_name],
+        ("configmaps", ("get", "update")): [checkpoint_name],
+        ("leases", ("get", "update")): [LeaderElector.name],
+    }
+    assert sorted(r["resources"][0] for r in role["rules"] if r["verbs"] == ["create"]) == [
+        "configmaps",
+        "leases",
+    ]
 
 
 GROUPS = {
@@ -144,7 +157,15 @@ def a_rollback_and_a_preemption(api: KubeApiDouble) -> None:
     """On its own double: the CLI's replica holds the Lease of the first."""
     client = api_client(host=api.serve())
     lease = LeaderElector(client, "a", namespace="loadmaster")
-    cluster = KubeCluster(client, Scheduler(load_profiles()["priority"]), "a", lease=lease, gang_timeout_s=0)
+    checkpoint = UsageCheckpoint(client, every_s=0)  # written at every step that charged: an update
+    cluster = KubeCluster(
+        client,
+        Scheduler(load_profiles()["priority"]),
+        "a",
+        lease=lease,
+        gang_timeout_s=0,
+        checkpoint=checkpoint,
+    )
     cluster.start()
     api.create("nodes", a_node("p0"))
     api.create("podgroups", a_pod_group("rb", 2, namespace="team-b"))
@@ -173,6 +194,7 @@ def a_rollback_and_a_preemption(api: KubeApiDouble) -> None:
     api.create("pods", high)
     wait_synced(cluster, api.rv)
     assert cluster.step().evicted == ["team-b/low"]
+    assert checkpoint.saves >= 2 and checkpoint.failures == 0  # created, then replaced
     a_reclaim_notice(api, cluster)
     cluster.stop()
 

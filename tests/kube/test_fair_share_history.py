@@ -18,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from kube.helpers import Clock, a_finished_status, a_node, a_pod, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
-from loadmaster.kube.cluster import KubeCluster, utc_stamp
+from loadmaster.kube.cluster import KubeCluster
 from loadmaster.kube.metrics import SchedulerMetrics
+from loadmaster.kube.translate import utc_stamp
 from loadmaster.scheduling import Scheduler
 from loadmaster_testing.kube_api import KubeApiDouble
 

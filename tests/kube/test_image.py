@@ -112,11 +112,13 @@ def test_kube_run_schedules_on_a_read_only_root(api: KubeApiDouble, tmp_path: Pa
 def test_the_cli_defaults_are_the_libraries() -> None:
     from loadmaster.cli import kube as cli  # noqa: PLC0415
     from loadmaster.config import BUILTIN_PROFILES  # noqa: PLC0415
+    from loadmaster.kube.checkpoint import DEFAULT_CHECKPOINT  # noqa: PLC0415
     from loadmaster.kube.queues import DEFAULT_CONFIGMAP  # noqa: PLC0415
     from loadmaster.kube.translate import SCHEDULER_NAME  # noqa: PLC0415
 
-    assert (cli.BUILTIN_PROFILES, cli.DEFAULT_QUEUES, cli.SCHEDULER_NAME) == (
+    assert (cli.BUILTIN_PROFILES, cli.DEFAULT_QUEUES, cli.SCHEDULER_NAME, cli.DEFAULT_CHECKPOINT) == (
         BUILTIN_PROFILES,
         DEFAULT_CONFIGMAP,
         SCHEDULER_NAME,
+        DEFAULT_CHECKPOINT,
     )

@@ -10,8 +10,8 @@ import pytest
 from builders import a_cluster
 from kube.helpers import a_pod
 from loadmaster.kube import translate as tr
-from loadmaster.kube.cluster import utc_stamp
 from loadmaster.kube.history import JobHistory
+from loadmaster.kube.translate import utc_stamp
 from loadmaster.model import ClusterSnapshot
 from loadmaster.model.usage import HALF_LIFE_S, UsageLedger
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
     from loadmaster.kube.api import LeaderElector
+    from loadmaster.kube.checkpoint import UsageCheckpoint
     from loadmaster.kube.cluster import KubeCluster, StepReport
     from loadmaster.kube.reclaim import KubeReclaimer
     from loadmaster.scheduling import Profile, Scheduler
@@ -32,6 +33,8 @@ DEFAULT_QUEUES = "loadmaster/loadmaster-queues"
 """= loadmaster.kube.queues.DEFAULT_CONFIGMAP (tests/kube/test_image.py checks)."""
 SCHEDULER_NAME = "loadmaster"
 """= loadmaster.kube.translate.SCHEDULER_NAME (tests/kube/test_image.py checks)."""
+DEFAULT_CHECKPOINT = "loadmaster/loadmaster-fairshare"
+"""= loadmaster.kube.checkpoint.DEFAULT_CHECKPOINT (tests/kube/test_image.py checks)."""
 
 app = typer.Typer(
     no_args_is_help=True, help="Schedule pods on a Kubernetes cluster (schedulerName: loadmaster)."
@@ -53,6 +56,13 @@ SchedulerNames = Annotated[
 QueuesConfigMap = Annotated[
     str, typer.Option(help="NAMESPACE/NAME of the queues ConfigMap ('' for none); absent is fine")
 ]
+CheckpointConfigMap = Annotated[
+    str,
+    typer.Option(
+        help="NAMESPACE/NAME of the ConfigMap that keeps fair-share usage across restarts, read at start "
+        "and written by the leader ('' for none: usage lives in memory); absent is fine"
+    ),
+]
 
 
 def _cluster(  # noqa: PLR0917 - the options of the commands, passed on
@@ -62,6 +72,7 @@ def _cluster(  # noqa: PLR0917 - the options of the commands, passed on
     queues: str,
     lease_ns: str,
     names: list[str] | None = None,
+    checkpoint: str = "",
 ) -> KubeCluster:
     from loadmaster.kube.cluster import KubeCluster  # noqa: PLC0415 - lazy: see the note above `app`
     from loadmaster.kube.queues import load_profile  # noqa: PLC0415
@@ -70,8 +81,24 @@ def _cluster(  # noqa: PLR0917 - the options of the commands, passed on
     wanted = scheduler_profiles(names or [], profile)
     profiles = {p: load_profile(api, p, profiles_file, queues or None) for p in set(wanted.values())}
     return KubeCluster(
-        api, _scheduler(wanted, profiles, bool(names)), _identity(), lease=_lease(api, lease_ns)
+        api,
+        _scheduler(wanted, profiles, bool(names)),
+        _identity(),
+        lease=_lease(api, lease_ns),
+        checkpoint=_checkpoint(api, checkpoint),
     )
+
+
+def _checkpoint(api: ApiClient, configmap: str) -> UsageCheckpoint | None:
+    from loadmaster.kube.checkpoint import UsageCheckpoint  # noqa: PLC0415 - lazy: see the note above `app`
+
+    if not configmap:
+        return None
+    if "/" not in configmap:
+        raise ConfigError(
+            "--fairshare-checkpoint", configmap, f"expected NAMESPACE/NAME, like {DEFAULT_CHECKPOINT}"
+        )
+    return UsageCheckpoint(api, configmap)
 
 
 def _identity() -> str:
@@ -116,6 +143,7 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     profile: ProfileName = "binpack",
     profiles_file: ProfilesFile = BUILTIN_PROFILES,
     queues: QueuesConfigMap = DEFAULT_QUEUES,
+    fairshare_checkpoint: CheckpointConfigMap = DEFAULT_CHECKPOINT,
     interval: Annotated[float, typer.Option(help="Seconds between scheduling cycles")] = 1.0,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the leader Lease")] = "loadmaster",
     max_steps: Annotated[int, typer.Option(help="Stop after this many cycles (0: run until killed)")] = 0,
@@ -158,7 +186,11 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         else {p: load_profile(api, p, profiles_file, None) for p in set(wanted.values())}
     )
     cluster = KubeCluster(
-        api, _scheduler(wanted, profiles, several), _identity(), lease=_lease(api, lease_namespace)
+        api,
+        _scheduler(wanted, profiles, several),
+        _identity(),
+        lease=_lease(api, lease_namespace),
+        checkpoint=_checkpoint(api, fairshare_checkpoint),
     )
     reclaimer = _reclaimer(cluster, reclaim) if reclaim is not None else None
 
@@ -226,15 +258,21 @@ def _stop_on_sigterm(stop: threading.Event) -> signal.Handlers | Callable[..., o
 
 
 @app.command("dry-run")
-def dry_run(
+def dry_run(  # noqa: PLR0917 - typer maps each option to a parameter
     kubeconfig: Kubeconfig = None,
     profile: ProfileName = "binpack",
     profiles_file: ProfilesFile = BUILTIN_PROFILES,
     queues: QueuesConfigMap = DEFAULT_QUEUES,
     scheduler_name: SchedulerNames = None,
+    fairshare_checkpoint: CheckpointConfigMap = DEFAULT_CHECKPOINT,
 ) -> None:
-    """One cycle on the live cluster, writing nothing: what would bind, be evicted, and why others wait."""
-    cluster = _cluster(kubeconfig, profile, profiles_file, queues, "loadmaster", scheduler_name)
+    """One cycle on the live cluster, writing nothing: what would bind, be evicted, and why others wait.
+
+    Fair-share usage is read from the checkpoint the scheduler writes, so the order is the one
+    the running scheduler would take."""
+    cluster = _cluster(
+        kubeconfig, profile, profiles_file, queues, "loadmaster", scheduler_name, fairshare_checkpoint
+    )
     cluster.list_now()
     _print_plan(cluster.step(dry_run=True))
 

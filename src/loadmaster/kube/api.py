@@ -126,7 +126,7 @@ class Informer:
                 delay = self.next_backoff_s()
                 log.warning(
                     "informer %s: %s: %s; retrying in %.2f s",
-                    self.kind, type(exc).__name__, _short(exc), delay,
+                    self.kind, type(exc).__name__, short_error(exc), delay,
                     extra={"kind": self.kind, "error": type(exc).__name__, "retry_s": delay},
                 )  # fmt: skip
                 self._stop.wait(delay)
@@ -306,7 +306,7 @@ class LeaderElector:
             lease = api.read_namespaced_lease(self.name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S)
         except ApiException as exc:
             if exc.status != 404:
-                log.warning("lease %s/%s: read failed: %s", self.namespace, self.name, _short(exc))
+                log.warning("lease %s/%s: read failed: %s", self.namespace, self.name, short_error(exc))
                 return False
             self._read_at = now  # read: there is no Lease yet
             body = client.V1Lease(
@@ -317,7 +317,7 @@ class LeaderElector:
             )
             return _ok(lambda: api.create_namespaced_lease(self.namespace, body), "create lease")
         except ApiFailure as exc:
-            log.warning("lease %s/%s: read failed: %s", self.namespace, self.name, _short(exc))
+            log.warning("lease %s/%s: read failed: %s", self.namespace, self.name, short_error(exc))
             return False
         self._read_at = now
         spec = lease.spec if lease.spec is not None else client.V1LeaseSpec()
@@ -348,12 +348,12 @@ def _ok(call: Callable[[], object], what: str) -> bool:
     try:
         call()
     except ApiFailure as exc:
-        log.warning("%s failed: %s", what, _short(exc))
+        log.warning("%s failed: %s", what, short_error(exc))
         return False
     return True
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
     """An API error as ``status reason`` (the client's own text carries every header); others as text."""
     if isinstance(exc, ApiException):
         return f"{exc.status} {exc.reason}"

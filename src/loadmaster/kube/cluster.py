@@ -57,6 +57,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import PODGROUP_API, REQUEST_TIMEOUT_S, ApiFailure, Event, Informer, LeaderElector
+from loadmaster.kube.checkpoint import UsageCheckpoint
 from loadmaster.kube.history import JobHistory
 from loadmaster.kube.profiles import skipped_walks
 from loadmaster.kube.semantics import kube_scheduler, scheduler_names
@@ -171,6 +172,7 @@ class KubeCluster:
         bind_workers: int = DEFAULT_BIND_WORKERS,
         gang_timeout_s: float = DEFAULT_GANG_TIMEOUT_S,
         history: JobHistory | None = None,
+        checkpoint: UsageCheckpoint | None = None,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -187,6 +189,9 @@ class KubeCluster:
         self.history = history if history is not None else JobHistory()
         """Fair-share usage and run-time history of the jobs that ended, kept by every replica (a
         follower that becomes leader has them already)."""
+        self.checkpoint = checkpoint
+        """Where the history is kept across restarts: read before the first charge, written by the
+        leader (None: in memory only)."""
         self.changes: queue.Queue[Event] = queue.Queue()
         self.informers = {kind: Informer(kind, api, self.changes) for kind in KINDS}
         self.assumed: dict[str, _Assumed] = {}
@@ -207,6 +212,12 @@ class KubeCluster:
             self.lease.start()
 
     def stop(self) -> None:
+        """Stop watching and renewing; a leader writes its fair-share checkpoint first (a clean stop)."""
+        if self._was_leader and self.lease.holds_now():
+            try:
+                self.save_checkpoint(self.clock(), force=True)
+            except Exception:  # stopping goes on: the last periodic checkpoint stays
+                log.exception("fair-share checkpoint on stop failed")
         for informer in self.informers.values():
             informer.stop()
         self.lease.stop()
@@ -243,20 +254,20 @@ class KubeCluster:
         started = time.perf_counter()
         self.drain()
         now = self.clock()
-        state = self.state
-        charged = self.history.observe(
-            state.objects["pods"],
-            state.scheduler_names,
-            now,
-            nodes=state.objects["nodes"],
-            default_time_limit_s=state.default_time_limit_s,
-            requests=state.request_of,
-        )
-        if charged:
-            self.stats.add("usage_charged", charged)
+        restored = self.checkpoint is None or self.checkpoint.restore(self.history)
+        if restored:
+            self._charge(now)
         if not dry_run and not self.lead():
             return StepReport(leader=False)
         report = StepReport(leader=True)
+        if not restored:
+            assert self.checkpoint is not None
+            report.waiting["*"] = (
+                f"fair-share usage not read yet from ConfigMap {self.checkpoint.configmap} (see the log)"
+            )
+            return report
+        if not dry_run:
+            self.save_checkpoint(now)
         self._settle()
         distrust = None if dry_run else self._cache_trusted()
         if distrust is not None:
@@ -300,6 +311,31 @@ class KubeCluster:
         self.stats.add("cycles")
         self.stats.emit("cycle_s", time.perf_counter() - started)
         return report
+
+    def _charge(self, now: float) -> None:
+        state = self.state
+        charged = self.history.observe(
+            state.objects["pods"],
+            state.scheduler_names,
+            now,
+            nodes=state.objects["nodes"],
+            default_time_limit_s=state.default_time_limit_s,
+            requests=state.request_of,
+        )
+        if charged:
+            self.stats.add("usage_charged", charged)
+
+    def save_checkpoint(self, now: float, *, force: bool = False) -> None:
+        """Write the fair-share checkpoint when due (``force``: whenever it changed, as on a clean stop)."""
+        checkpoint = self.checkpoint
+        if checkpoint is None or not checkpoint.restored:
+            return
+        if not (checkpoint.due(self.history.changes) or (force and checkpoint.changed(self.history.changes))):
+            return
+        if checkpoint.save(self.history, now, self.history.changes):
+            self.stats.add("checkpoint_saves")
+        else:
+            self.stats.add("checkpoint_failures")
 
     def lead(self) -> bool:
         """True when this replica holds the lease now (trying to take or renew it unless a thread does;
@@ -748,7 +784,7 @@ class KubeCluster:
             "status": status,
             "reason": reason,
             "message": message,
-            "lastTransitionTime": utc_stamp(self.clock()),
+            "lastTransitionTime": tr.utc_stamp(self.clock()),
         }
         try:
             self.core.patch_namespaced_pod_status(
@@ -776,15 +812,10 @@ class KubeCluster:
         log.warning("%s failed: %s", what, text, extra={"action": what, "status": status})
 
 
-def utc_stamp(epoch_s: float) -> str:
-    """A time as the API writes it (RFC 3339, UTC, whole seconds)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
-
-
 def pod_event(key: str, reason: str, message: str, epoch_s: float) -> client.CoreV1Event:
     """A Warning Event from the scheduler on the pod ``key`` (namespace/name), seen at ``epoch_s``."""
     namespace, name = key.split("/", 1)
-    stamp = utc_stamp(epoch_s)
+    stamp = tr.utc_stamp(epoch_s)
     return client.CoreV1Event(
         api_version="v1",
         kind="Event",

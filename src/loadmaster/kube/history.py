@@ -21,12 +21,14 @@ the informers cache, each pod charged once, by its UID:
   its user's history once (a failed or stopped run says little about how long the job takes, as
   a preempted run in the simulator).
 
-The ledger lives in memory. After a restart or a change of leader, the finished pods still in
-the API (Kubernetes keeps them until a Job's ``ttlSecondsAfterFinished`` or the pod garbage
-collector removes them) are charged again at their own end times, so the usage of every pod that
-remains is rebuilt as it was; the usage of pods already removed, and of runs stopped while no
-replica watched, is lost (Slurm keeps usage in its accounting database; docs/kubernetes.md lists
-the differences).
+Every replica keeps the ledger in memory; the leader also writes it to a ConfigMap, which a
+replica reads before its first charge (``kube/checkpoint.py``: :meth:`JobHistory.saved` and
+:meth:`JobHistory.restore`). What the checkpoint holds is named by a watermark (pods that ended by
+then) and the UIDs of the pods and runs that ended after it, so the finished pods still in the API
+(Kubernetes keeps them until a Job's ``ttlSecondsAfterFinished`` or the pod garbage collector
+removes them) are charged once, and those that ended after the save are charged. Without a
+checkpoint, a restarted replica charges the finished pods still in the API at their own end
+times, and the usage of pods already removed is lost.
 
 Memory stays bounded: the ledger holds a number per user and group, the history at most
 ``history_jobs`` run times per user, and the records of running, charged and recorded pods only
@@ -36,6 +38,7 @@ those still in the cache.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
@@ -52,6 +55,26 @@ log = logging.getLogger(__name__)
 _MIG_SLICES = re.compile(r"^(\d+)g\.")
 MIG_COMPUTE_SLICES = 7
 """Compute slices of a MIG GPU whose model the node does not name (A100, H100 and H200 have 7)."""
+
+
+@dataclass(frozen=True)
+class SavedHistory:
+    """What a checkpoint keeps of a :class:`JobHistory` (``kube/checkpoint.py`` writes and reads it).
+
+    Pods and runs that ended at or before ``watermark_s`` are in the numbers; of those that ended
+    after it, the ones named in ``charged`` and ``recorded`` are.
+    """
+
+    saved_at_s: float
+    watermark_s: float
+    usage_gpu_s: Mapping[str, float]
+    """Per ``user/NAME`` and ``group/NAME``, as of ``saved_at_s``."""
+    recent_runtimes_s: Mapping[str, tuple[float, ...]]
+    recent_limits_s: Mapping[str, tuple[float, ...]]
+    charged: frozenset[str]
+    """UIDs of the pods charged that ended after the watermark."""
+    recorded: Mapping[str, frozenset[str]]
+    """Job id -> the UIDs of its succeeded run in the history, for runs that ended after the watermark."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +114,18 @@ class JobHistory:
         """The time limits of the jobs of ``recent_runtimes``, in the same order."""
         self._running: dict[str, _PodRun] = {}
         """Pods seen started and not ended, by UID."""
-        self._charged: set[str] = set()
-        """UIDs of the ended pods already charged (or found not chargeable) that are still cached."""
-        self._recorded: dict[str, frozenset[str]] = {}
-        """Job id -> the UIDs of the succeeded run put in the history (a later run has new UIDs)."""
+        self._charged: dict[str, float] = {}
+        """UID -> end of each ended pod already charged (or found not chargeable: the time it was seen)
+        that is still cached."""
+        self._recorded: dict[str, tuple[frozenset[str], float]] = {}
+        """Job id -> the UIDs of the succeeded run put in the history (a later run has new UIDs), and
+        its end."""
+        self.watermark_s = -math.inf
+        """Restored from a checkpoint (:meth:`restore`): pods and runs that ended at or before this are
+        in the restored numbers already."""
+        self.observed = False
+        self.changes = 0
+        """Counts charges, recorded runs and restores: a checkpoint is written when it moved."""
         self._unreadable: set[str] = set()
         """UIDs of pods whose request could not be read (warned once)."""
 
@@ -109,6 +140,7 @@ class JobHistory:
         requests: Callable[[tr.Obj], TaskRequest] = tr.pod_request,
     ) -> int:
         """Charge what ended since the last call (see the module); how many pods were charged."""
+        self.observed = True
         charges: list[_Charge] = []
         running: dict[str, _PodRun] = {}
         ended: set[str] = set()
@@ -129,12 +161,14 @@ class JobHistory:
             ended.add(uid)
             if uid in self._charged:
                 continue
-            self._charged.add(uid)  # charged now, or never: nothing says when it ended
-            seen_running = run is not None
-            run = run or self._read(pod, uid, nodes or {}, requests)
             end = _ended_s(pod)
-            if end is None and seen_running:
-                end = now
+            if end is not None and end <= self.watermark_s:
+                self._charged[uid] = end  # charged before the checkpoint this history was restored from
+                continue
+            if end is None and run is not None:
+                end = now  # seen running: it ended since
+            self._charged[uid] = now if end is None else end  # charged now, or never: nothing says when
+            run = run or self._read(pod, uid, nodes or {}, requests)
             if run is not None and end is not None:
                 charges.append(_Charge(run, end, tr.phase_of(pod)))
         charges += [
@@ -147,7 +181,7 @@ class JobHistory:
             self._charge(charge)
         self._history(jobs, default_time_limit_s)
         self._running = running
-        self._charged &= ended
+        self._charged = {uid: end for uid, end in self._charged.items() if uid in ended}
         self._unreadable &= {_uid(p) for members in jobs.values() for p in members}
         if charges:  # one line a step (a restart may charge thousands of finished pods at once)
             log.info(
@@ -157,6 +191,40 @@ class JobHistory:
                 extra={"pods": len(charges)},
             )
         return len(charges)
+
+    def saved(self, now: float, grace_s: float) -> SavedHistory:
+        """What a checkpoint taken at ``now`` keeps: the numbers, and which pods and runs they hold.
+
+        The watermark is ``grace_s`` before ``now`` (never earlier than the one restored): a pod
+        that ended before it and is not charged yet (its end not seen by the informers within the
+        grace) would not be charged by a successor either.
+        """
+        watermark = max(now - grace_s, self.watermark_s)
+        return SavedHistory(
+            saved_at_s=now,
+            watermark_s=watermark,
+            usage_gpu_s=dict(self.usage.view(now)),
+            recent_runtimes_s=dict(self.recent_runtimes),
+            recent_limits_s=dict(self.recent_limits),
+            charged=frozenset(uid for uid, end in self._charged.items() if end > watermark),
+            recorded={job: uids for job, (uids, end) in self._recorded.items() if end > watermark},
+        )
+
+    def restore(self, saved: SavedHistory) -> None:
+        """Start from ``saved`` (before the first :meth:`observe`: a history that charged anything
+        would count those pods twice)."""
+        if self.observed:
+            raise RuntimeError("a history is restored before it observes anything")
+        self.usage = UsageLedger(self.usage.half_life_s)
+        for key, gpu_s in saved.usage_gpu_s.items():
+            self.usage.charge(key, gpu_s, saved.saved_at_s)
+        keep = self.history_jobs
+        self.recent_runtimes = {u: tuple(r)[-keep:] for u, r in saved.recent_runtimes_s.items()}
+        self.recent_limits = {u: tuple(r)[-keep:] for u, r in saved.recent_limits_s.items()}
+        self._charged = dict.fromkeys(saved.charged, saved.saved_at_s)
+        self._recorded = {job: (uids, saved.saved_at_s) for job, uids in saved.recorded.items()}
+        self.watermark_s = saved.watermark_s
+        self.changes += 1
 
     def applied(self, snapshot: ClusterSnapshot, now: float) -> ClusterSnapshot:
         """``snapshot`` carrying this history: usage as of ``now``, run times and limits."""
@@ -184,6 +252,7 @@ class JobHistory:
 
     def _charge(self, charge: _Charge) -> None:
         run = charge.run
+        self.changes += 1
         self.usage.charge(f"user/{run.user}", charge.gpu_s, charge.end_s)
         self.usage.charge(f"group/{run.group}", charge.gpu_s, charge.end_s)
         log.debug(
@@ -206,18 +275,21 @@ class JobHistory:
                 continue  # most jobs, at every step: still running or waiting
             uids = frozenset(_uid(p) for p in members)
             kept = self._recorded.get(job_id)
-            if kept is not None and uids <= kept:
+            if kept is not None and uids <= kept[0]:
                 continue  # this run, recorded already (its pods may be going one by one)
             ends = [_ended_s(p) for p in members]
             if any(end is None for end in ends):
                 continue  # no end to read: no run time to keep
             start = min(tr.timestamp_s(p["status"]["startTime"]) for p in members)
             end = max(e for e in ends if e is not None)
+            self._recorded[job_id] = (uids, end)
+            if end <= self.watermark_s:
+                continue  # in the restored history already
             first = min(members, key=lambda p: str(p["metadata"]["name"]))
             limit = float(first.get("spec", {}).get("activeDeadlineSeconds") or default_time_limit_s)
             done.append((end, job_id, tr.owners_of(first)[0], max(end - start, 0.0), limit))
-            self._recorded[job_id] = uids
         keep = self.history_jobs
+        self.changes += len(done)
         for _, _, user, run_s, limit_s in sorted(done):
             self.recent_runtimes[user] = (*self.recent_runtimes.get(user, ()), run_s)[-keep:]
             self.recent_limits[user] = (*self.recent_limits.get(user, ()), limit_s)[-keep:]

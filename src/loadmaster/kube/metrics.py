@@ -29,6 +29,12 @@ series                                                  type       labels
 ``loadmaster_fairshare_usage_gpu_seconds``              gauge      ``level`` (user, group), ``owner``: the
                                                                    decayed GPU-seconds fair share reads
                                                                    (Slurm's ``sshare`` EffectvUsage, raw)
+``loadmaster_fairshare_checkpoint_writes_total``        counter    ``result`` (written, failed): writes
+                                                                   (and failed reads) of the fair-share
+                                                                   checkpoint ConfigMap
+``loadmaster_fairshare_checkpoint_last_write_timestamp_seconds``
+                                                        gauge      when this replica last wrote it (absent
+                                                                   until it has)
 ``process_*``                                           (process)  resident memory, CPU, open files
 ======================================================  =========  =======================================
 
@@ -159,6 +165,19 @@ class SchedulerMetrics:
             ["level", "owner"],
             registry=r,
         )
+        self.checkpoint_writes = Counter(
+            "loadmaster_fairshare_checkpoint_writes",
+            "Writes of the fair-share checkpoint ConfigMap by this replica, by result ('failed' counts "
+            "failed reads too): the leader writes at most once a minute when usage changed.",
+            ["result"],
+            registry=r,
+        )
+        self.checkpoint_last_write = Gauge(
+            "loadmaster_fairshare_checkpoint_last_write_timestamp_seconds",
+            "Unix time of this replica's last write of the fair-share checkpoint ConfigMap.",
+            registry=r,
+        )
+        self._checkpoint_counts = (0, 0)
         ProcessCollector(registry=r)
         for queue in ("active", "backoff", "unschedulable", "gated"):
             self.pending.labels(queue).set(0)
@@ -226,6 +245,17 @@ class SchedulerMetrics:
         for key, gpu_s in view.snapshot.usage_gpu_s.items():
             level, _, owner = key.partition("/")
             self.fairshare_usage.labels(level, owner).set(gpu_s)
+
+    def observe_checkpoint(self, saves: int, failures: int, last_saved_at_s: float | None) -> None:
+        """The checkpoint's counts so far (:class:`~loadmaster.kube.checkpoint.UsageCheckpoint`)."""
+        seen_saves, seen_failures = self._checkpoint_counts
+        if saves > seen_saves:
+            self.checkpoint_writes.labels("written").inc(saves - seen_saves)
+        if failures > seen_failures:
+            self.checkpoint_writes.labels("failed").inc(failures - seen_failures)
+        self._checkpoint_counts = (max(saves, seen_saves), max(failures, seen_failures))
+        if last_saved_at_s is not None:
+            self.checkpoint_last_write.set(last_saved_at_s)
 
     def exposition(self) -> bytes:
         """The text exposition of every series (what ``/metrics`` answers)."""

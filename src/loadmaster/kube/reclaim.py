@@ -44,7 +44,8 @@ import numpy as np
 
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import REQUEST_TIMEOUT_S, ApiFailure
-from loadmaster.kube.cluster import KubeCluster, pod_event, utc_stamp
+from loadmaster.kube.cluster import KubeCluster, pod_event
+from loadmaster.kube.translate import utc_stamp
 from loadmaster.scheduling.reclaim import (
     JobActivity,
     LedgerEntry,

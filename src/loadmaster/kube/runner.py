@@ -104,6 +104,9 @@ def _observe(
     staleness = {kind: informer.staleness_s for kind, informer in cluster.informers.items()}
     if metrics is not None:
         metrics.observe_leader(report.leader)
+        if cluster.checkpoint is not None:
+            checkpoint = cluster.checkpoint
+            metrics.observe_checkpoint(checkpoint.saves, checkpoint.failures, checkpoint.last_saved_at_s)
         metrics.observe_staleness(staleness)
         if report.view is not None:
             binds = {key: True for key, _ in report.bound} | dict.fromkeys(report.failed_binds, False)

@@ -36,6 +36,7 @@ pod ``spec.affinity.nodeAffinity``         ``Job.affinity``
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -170,6 +171,11 @@ def cpu_milli(value: str | int | float, field: str, *, up: bool = True) -> int:
 def memory_mib(value: str | int | float, field: str, *, up: bool = False) -> int:
     """Memory quantity in MiB: down for a node's allocatable, up for a request (never under-counted)."""
     return _amount(parse_quantity(value, field) / 2**20, ROUND_CEILING if up else ROUND_FLOOR)
+
+
+def utc_stamp(epoch_s: float) -> str:
+    """A time as the API writes it (RFC 3339, UTC, whole seconds)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
 
 
 def timestamp_s(value: str | None) -> float:

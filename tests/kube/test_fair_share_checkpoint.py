@@ -1,0 +1,218 @@
+"""Fair share survives a restart: the leader keeps the ledger in a ConfigMap, a new replica reads it.
+
+The official client, :class:`KubeCluster` and the API double, whose ConfigMap writes follow
+kube-apiserver's: ``PUT`` with a stale ``metadata.resourceVersion`` answers 409 Conflict, ``PUT``
+of a missing object 404 (ConfigMaps do not create on update), ``POST`` of an existing one 409
+AlreadyExists, and every body is validated against core/v1 ``ConfigMap``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from kube.helpers import Clock, a_node, wait_synced
+from kube.test_fair_share_history import finished_pod, waiting_pod
+from loadmaster.config import load_profiles
+from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.checkpoint import DATA_KEY, UNREADABLE_KEY, UsageCheckpoint
+from loadmaster.kube.cluster import KubeCluster, StepReport
+from loadmaster.model.usage import HALF_LIFE_S
+from loadmaster.scheduling import Scheduler
+from loadmaster_testing.kube_api import KubeApiDouble
+
+CONFIGMAP = "loadmaster/loadmaster-fairshare"
+NINE_HOURS_ON_THE_NODE = 8 * 9 * 3600.0
+
+
+def decayed(gpu_s: float, after_s: float) -> float:
+    return gpu_s * 0.5 ** (after_s / HALF_LIFE_S)
+
+
+def a_replica(api: KubeApiDouble, clock: Clock, name: str, **checkpoint: Any) -> KubeCluster:
+    client = api_client(host=api.url)  # type: ignore[attr-defined]
+    lease = LeaderElector(client, name, clock=clock, monotonic=clock)
+    return KubeCluster(
+        client,
+        Scheduler(load_profiles()["slurm"]),
+        name,
+        lease=lease,
+        clock=clock,
+        checkpoint=UsageCheckpoint(client, CONFIGMAP, clock=clock, **checkpoint),
+    )
+
+
+def step_as_leader(replica: KubeCluster, clock: Clock) -> StepReport:
+    """A step once ``replica`` leads: a new replica waits a lease duration from when it first saw the
+    last holder's Lease (client-go's rule, :class:`LeaderElector`)."""
+    report = replica.step()
+    if not report.leader:
+        clock.now += replica.lease.lease_duration_s + 1
+        report = replica.step()
+    assert report.leader
+    return report
+
+
+def stored(api: KubeApiDouble) -> dict[str, str]:
+    found = api.get("configmaps", CONFIGMAP)
+    assert found is not None, "no checkpoint ConfigMap"
+    data: dict[str, str] = found["data"]
+    return data
+
+
+def test_usage_of_a_pod_already_removed_survives_a_restart(api: KubeApiDouble, clock: Clock) -> None:
+    """The pod that made team-a's usage is gone from the API when the new replica starts; without
+    the checkpoint team-a's later job would go first (see test_fair_share_history)."""
+    api.create("nodes", a_node("n0", gpus=8))
+    now = clock.now
+    api.create("pods", finished_pod("earlier", "team-a", now - 10 * 3600, now - 3600))
+    first = a_replica(api, clock, "a")
+    first.start()
+    try:
+        wait_synced(first, api.rv)
+        first.step()
+    finally:
+        first.stop()
+    saved = json.loads(stored(api)[DATA_KEY])
+    assert saved["usage_gpu_s"]["user/team-a"] == pytest.approx(decayed(NINE_HOURS_ON_THE_NODE, 3600))
+    api.delete("pods", "team-a/earlier", 0)  # the pod garbage collector took it
+    clock.now += 600
+    api.create("pods", waiting_pod("a2", "team-a", clock.now - 120))  # submitted first
+    api.create("pods", waiting_pod("b1", "team-b", clock.now - 60))
+    second = a_replica(api, clock, "b")
+    second.start()
+    try:
+        wait_synced(second, api.rv)
+        report = step_as_leader(second, clock)
+    finally:
+        second.stop()
+    assert [key for key, _ in api.bindings] == ["team-b/b1"]
+    assert report.view is not None
+    usage = report.view.snapshot.usage_gpu_s
+    assert usage["user/team-a"] == pytest.approx(decayed(NINE_HOURS_ON_THE_NODE, clock.now - (now - 3600)))
+    assert report.view.snapshot.recent_runtimes_s == {"team-a": (9 * 3600.0,)}
+    assert second.stats.counts.get("usage_charged", 0) == 0
+
+
+def test_a_finished_pod_still_in_the_api_is_not_charged_twice(api: KubeApiDouble, clock: Clock) -> None:
+    api.create("nodes", a_node("n0", gpus=8))
+    ended = clock.now - 3600
+    api.create("pods", finished_pod("earlier", "team-a", ended - 9 * 3600, ended))
+    for name in ("a", "b"):
+        replica = a_replica(api, clock, name)
+        replica.start()
+        try:
+            wait_synced(replica, api.rv)
+            report = step_as_leader(replica, clock)
+        finally:
+            replica.stop()
+        assert report.view is not None
+        usage = report.view.snapshot.usage_gpu_s["user/team-a"]
+        assert usage == pytest.approx(decayed(NINE_HOURS_ON_THE_NODE, clock.now - ended))
+        assert report.view.snapshot.recent_runtimes_s == {"team-a": (9 * 3600.0,)}
+        clock.now += 600
+
+
+def test_an_unreadable_checkpoint_is_kept_and_the_scheduler_goes_on(
+    api: KubeApiDouble, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.create("nodes", a_node("n0", gpus=8))
+    bad = '{"format": 1, "saved_at": "monday"}'
+    meta = {"name": "loadmaster-fairshare", "namespace": "loadmaster"}
+    api.create(
+        "configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {DATA_KEY: bad}}
+    )
+    api.create("pods", waiting_pod("a1", "team-a", clock.now - 60))
+    replica = a_replica(api, clock, "a")
+    replica.start()
+    with caplog.at_level(logging.ERROR, logger="loadmaster.kube.checkpoint"):
+        try:
+            wait_synced(replica, api.rv)
+            replica.step()
+        finally:
+            replica.stop()
+    assert "ConfigMap loadmaster/loadmaster-fairshare, key usage.json: field saved_at" in caplog.text
+    assert [key for key, _ in api.bindings] == ["team-a/a1"]  # scheduling went on
+    data = stored(api)
+    assert data[UNREADABLE_KEY] == bad  # nothing stored is lost
+    assert json.loads(data[DATA_KEY])["format"] == 1
+
+
+def test_no_scheduling_until_the_checkpoint_is_read(api: KubeApiDouble, clock: Clock) -> None:
+    api.create("nodes", a_node("n0", gpus=8))
+    api.create("pods", waiting_pod("a1", "team-a", clock.now - 60))
+    replica = a_replica(api, clock, "a")
+    replica.start()
+    try:
+        wait_synced(replica, api.rv)
+        api.fail_next(1)  # the read answers 500
+        report = replica.step()
+        assert "fair-share usage not read yet" in report.waiting["*"]
+        assert api.bindings == [] and replica.checkpoint is not None and not replica.checkpoint.restored
+        replica.step()
+    finally:
+        replica.stop()
+    assert [key for key, _ in api.bindings] == ["team-a/a1"]
+
+
+def test_a_write_that_conflicts_is_made_again_on_the_new_version(api: KubeApiDouble, clock: Clock) -> None:
+    api.create("nodes", a_node("n0", gpus=8))
+    replica = a_replica(api, clock, "a", every_s=0)
+    replica.start()
+    try:
+        wait_synced(replica, api.rv)
+        replica.step()  # creates it
+        checkpoint = replica.checkpoint
+        assert checkpoint is not None and checkpoint.saves == 1
+        other = api.get("configmaps", CONFIGMAP)
+        assert other is not None
+        api.replace("configmaps", CONFIGMAP, other)  # another writer: a new resourceVersion
+        api.create("pods", finished_pod("done", "team-a", clock.now - 7200, clock.now - 3600))
+        wait_synced(replica, api.rv)
+        replica.step()
+        assert (checkpoint.saves, checkpoint.failures) == (1, 1)  # 409, version re-read
+        replica.step()
+        assert (checkpoint.saves, checkpoint.failures) == (2, 1)
+    finally:
+        replica.stop()
+    assert "user/team-a" in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]
+
+
+def test_the_leader_writes_at_most_every_interval_and_on_a_clean_stop(
+    api: KubeApiDouble, clock: Clock
+) -> None:
+    api.create("nodes", a_node("n0", gpus=8))
+    replica = a_replica(api, clock, "a", every_s=60)
+    replica.start()
+    try:
+        wait_synced(replica, api.rv)
+        replica.step()
+        api.create("pods", finished_pod("done", "team-a", clock.now - 7200, clock.now - 3600))
+        wait_synced(replica, api.rv)
+        replica.step()  # charged, but the interval has not passed
+        assert "user/team-a" not in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]
+    finally:
+        replica.stop()  # the leader writes what changed before it goes
+    assert "user/team-a" in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]
+
+
+def test_a_follower_reads_the_checkpoint_and_writes_nothing(api: KubeApiDouble, clock: Clock) -> None:
+    api.create("nodes", a_node("n0", gpus=8))
+    api.create("pods", finished_pod("done", "team-a", clock.now - 7200, clock.now - 3600))
+    leader, follower = a_replica(api, clock, "a"), a_replica(api, clock, "b")
+    for replica in (leader, follower):
+        replica.start()
+    try:
+        wait_synced(leader, api.rv)
+        leader.step()
+        wait_synced(follower, api.rv)
+        assert not follower.step().leader
+        assert follower.checkpoint is not None and follower.checkpoint.restored
+        assert follower.checkpoint.saves == 0
+        assert follower.stats.counts.get("usage_charged", 0) == 0  # in the checkpoint already
+    finally:
+        follower.stop()
+        leader.stop()
