@@ -20,6 +20,7 @@ from loadmaster import __version__
 from loadmaster.config import Cluster, Workload
 from loadmaster.metrics import RunSummary, summarize, wait_reasons
 from loadmaster.model import NodeTable, TraceJob
+from loadmaster.model.usage import PastUsage
 from loadmaster.prefork import Prefork
 from loadmaster.scheduling import Profile, Scheduler
 from loadmaster.scheduling.mig_plan import with_interactive_default
@@ -48,16 +49,18 @@ def compare(
     progress: Callable[[str, int], None] | None = None,
     explain: frozenset[str] = frozenset(),
     workers: int = 1,
+    past_usage: PastUsage | None = None,
 ) -> list[ProfileRun]:
     """Run every profile on the same jobs; ``progress(profile, jobs_done)`` reports as it goes.
 
     ``workers`` > 1 runs the profiles in that many forked processes at once (each profile's run
     is independent and seeded, so the results are the same as one after the other); progress
-    then comes back through a queue, a batch every fraction of a second.
+    then comes back through a queue, a batch every fraction of a second. ``past_usage``: the
+    fair-share usage and run-time history every run starts from (a live cluster's).
     """
     mig = MigSimOptions(cluster.mig) if cluster.mig else None
     jobs = with_interactive_default(workload.jobs, cluster.mig, cluster.nodes)
-    base = SimOptions(seed=seed, period_s=period_s, explain=explain, mig=mig)
+    base = SimOptions(seed=seed, period_s=period_s, explain=explain, mig=mig, past_usage=past_usage)
     tasks = [_ProfileTask(cluster.nodes, profile, jobs, base) for profile in profiles]
     if workers <= 1 or len(tasks) <= 1:
         return [_run_profile(task, progress) for task in tasks]

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from kube.helpers import a_node, a_pod, a_pod_group, kubeconfig_for
+from builders import by_id
+from kube.helpers import a_finished_status, a_node, a_pod, a_pod_group, kubeconfig_for
 from loadmaster.cli import app
-from loadmaster.config import load_cluster
+from loadmaster.config import load_cluster, load_profiles, load_trace_workload
+from loadmaster.config.usage import load_past_usage
 from loadmaster.errors import ConfigError
+from loadmaster.experiment import compare
 from loadmaster.kube.api import api_client
 from loadmaster.kube.queues import load_profile, plugin_args_from
+from loadmaster.kube.translate import utc_stamp
+from loadmaster.model.usage import HALF_LIFE_S
 from loadmaster.traces.trace import read_parquet
 from loadmaster_testing.kube_api import KubeApiDouble
 
@@ -153,3 +159,62 @@ def test_run_schedules_each_scheduler_name_with_its_profile(api: KubeApiDouble, 
     assert sorted(key for key, _ in api.bindings) == ["team-a/batch", "team-a/plain"]
     result = runner.invoke(app, ["kube", "dry-run", *base, "--scheduler-name", "loadmaster"])
     assert isinstance(result.exception, ConfigError) and "NAME=PROFILE" in str(result.exception)
+
+
+def test_a_snapshot_replays_with_the_live_fair_share(
+    api: KubeApiDouble, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """team-a's finished pod held the node for nine hours: replayed with `slurm` and the snapshot's
+    usage.json, team-b's job takes the node when team-c's frees it, though team-a's was submitted
+    first; without it, team-a's does."""
+    now = time.time()
+    api.create("nodes", a_node("n0"))
+    done = a_pod("earlier", 8)
+    done["spec"]["nodeName"] = "n0"
+    done["status"] = a_finished_status(now - 3600, now - 10 * 3600)
+    api.create("pods", done)
+    holding = a_pod("holding", 8, namespace="team-c")
+    holding["metadata"]["creationTimestamp"] = utc_stamp(now - 600)
+    api.create("pods", holding)
+    invoke("kube", "run", "--kubeconfig", str(kubeconfig), "--max-steps", "1", "--interval", "0")
+    assert [key for key, _ in api.bindings] == ["team-c/holding"]
+    waiting_a, waiting_b = a_pod("a2", 8), a_pod("b1", 8, namespace="team-b")
+    waiting_a["metadata"]["creationTimestamp"] = utc_stamp(now - 120)
+    waiting_b["metadata"]["creationTimestamp"] = utc_stamp(now - 60)
+    api.create("pods", waiting_a)
+    api.create("pods", waiting_b)
+    out = tmp_path / "snap"
+    invoke("kube", "snapshot", "--kubeconfig", str(kubeconfig), "-o", str(out))
+    past = load_past_usage(out / "usage.json")
+    assert past.usage_gpu_s["user/team-a"] == pytest.approx(
+        8 * 9 * 3600 * 0.5 ** (3600 / HALF_LIFE_S), rel=1e-3
+    )
+    assert past.as_of_s == pytest.approx(600, abs=5)  # seconds after the first submission in the trace
+    cluster = load_cluster(str(out / "cluster.yaml"))
+    workload = load_trace_workload(out / "jobs.parquet", cluster)
+    slurm = [load_profiles()["slurm"]]
+    for usage, second in ((past, "team-b/b1"), (None, "team-a/a2")):
+        starts = by_id(compare(cluster, workload, slurm, past_usage=usage)[0].result.jobs, "start_s")
+        assert sorted(starts, key=lambda job: starts[job])[:2] == ["team-c/holding", second]
+    report = tmp_path / "report"
+    args = [
+        "--cluster",
+        str(out / "cluster.yaml"),
+        "--trace",
+        str(out / "jobs.parquet"),
+        "--profiles",
+        "slurm",
+    ]
+    invoke("simulate", *args, "--past-usage", str(out / "usage.json"), "--out", str(report))
+
+
+def test_a_bad_past_usage_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "usage.json"
+    path.write_text(
+        '{"format": 1, "kind": "loadmaster/past-usage", "as_of_s": 0, "usage_gpu_s": {"alice": 1}}'
+    )
+    with pytest.raises(ConfigError, match=r"usage.json: usage_gpu_s: key 'alice' must start with user/"):
+        load_past_usage(path)
+    path.write_text("{}")
+    with pytest.raises(ConfigError, match=r"usage.json: kind: expected 'loadmaster/past-usage', got None"):
+        load_past_usage(path)

@@ -134,7 +134,7 @@ def test_an_unreadable_checkpoint_is_kept_and_the_scheduler_goes_on(
             replica.step()
         finally:
             replica.stop()
-    assert "ConfigMap loadmaster/loadmaster-fairshare, key usage.json: field saved_at" in caplog.text
+    assert "ConfigMap loadmaster/loadmaster-fairshare, key usage.json: saved_at" in caplog.text
     assert [key for key, _ in api.bindings] == ["team-a/a1"]  # scheduling went on
     data = stored(api)
     assert data[UNREADABLE_KEY] == bad  # nothing stored is lost

@@ -9,7 +9,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from test_kube_history import NAMES, T0, pods_of, ran
 
-from loadmaster.kube.checkpoint import CheckpointError, UsageCheckpoint, parse, render
+from loadmaster.errors import ConfigError
+from loadmaster.kube.checkpoint import UsageCheckpoint, parse, render
 from loadmaster.kube.history import JobHistory
 
 GRACE_S = 300.0
@@ -96,28 +97,29 @@ def good() -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda d: d.update(format=2), "field format: expected 1, got 2"),
-        (lambda d: d.update(saved_at="yesterday"), "field saved_at: expected a finite number"),
-        (lambda d: d.update(watermark=d["saved_at"] + 1), "field watermark: must be <= saved_at"),
-        (lambda d: d["usage_gpu_s"].update({"user/x": -1}), "field usage_gpu_s['user/x']: expected a finite"),
+        (lambda d: d.update(format=2), "format: expected 1, got 2"),
+        (lambda d: d.update(saved_at="yesterday"), "saved_at: expected a finite number"),
+        (lambda d: d.update(watermark=d["saved_at"] + 1), "watermark: must be <= saved_at"),
+        (lambda d: d["usage_gpu_s"].update({"user/x": -1}), "usage_gpu_s['user/x']: expected a finite"),
         (lambda d: d["usage_gpu_s"].update({"x": 1}), "key 'x' must start with user/ or group/"),
-        (lambda d: d.update(recent_runtimes_s={"a": 5}), "field recent_runtimes_s['a']: expected a list"),
-        (lambda d: d.update(charged=[1, 2]), "field charged: expected a list of pod UIDs"),
-        (lambda d: d.update(recorded=[]), "field recorded: expected an object"),
+        (lambda d: d.update(recent_runtimes_s={"a": 5}), "recent_runtimes_s['a']: expected a list"),
+        (lambda d: d["recent_limits_s"].update({"team-a": []}), "must have one limit per run time"),
+        (lambda d: d.update(charged=[1, 2]), "charged: expected a list of pod UIDs"),
+        (lambda d: d.update(recorded=[]), "recorded: expected an object"),
     ],
 )
 def test_a_bad_checkpoint_is_refused_naming_the_field(change: Any, message: str) -> None:
     raw = good()
     change(raw)
-    with pytest.raises(CheckpointError, match=r"^ConfigMap ns/cm, key usage.json: .*") as found:
+    with pytest.raises(ConfigError, match=r"^ConfigMap ns/cm, key usage.json: .*") as found:
         parse(json.dumps(raw), "ConfigMap ns/cm, key usage.json")
     assert message in str(found.value)
 
 
 def test_text_that_is_not_json_is_refused() -> None:
-    with pytest.raises(CheckpointError, match="ConfigMap ns/cm: not JSON"):
+    with pytest.raises(ConfigError, match="ConfigMap ns/cm: not JSON"):
         parse("{usage: 1", "ConfigMap ns/cm")
-    with pytest.raises(CheckpointError, match="expected a JSON object, got list"):
+    with pytest.raises(ConfigError, match="expected a JSON object, got list"):
         parse("[]", "ConfigMap ns/cm")
 
 

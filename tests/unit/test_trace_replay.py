@@ -353,3 +353,17 @@ def test_a_trace_replayed_into_a_mig_pool_gets_its_interactive_default(tmp_path:
     assert sum(t.job.request.mig_profile == "1g.10gb" for t in converted) == len(small)
     with pytest.raises(ConfigError, match=": pool: the cluster has no pool 'nope'"):
         load_workload(write_spec(tmp_path, f"kind: trace\npath: {swf}\npool: nope\n"), cluster_spec)
+
+
+def test_a_snapshot_trace_runs_jobs_without_a_run_time_for_their_limit() -> None:
+    rows = [
+        row("known", duration_s=600.0, time_limit_s=3600.0),
+        row("unknown", duration_s=None, time_limit_s=7200.0, submit_s=10.0),
+        row("no-limit", duration_s=None, time_limit_s=None, submit_s=20.0),
+    ]
+    made = replay(a_trace(rows, unknown_run_time="time_limit"), cluster(8))
+    assert {j.job.id: j.duration_s for j in made.jobs} == {"known": 600.0, "unknown": 7200.0}
+    assert made.report.run_time_from_limit == 1 and made.report.dropped == {"no run time": 1}
+    assert "1 without a run time run for their time limit" in made.report.lines()[0]
+    plain = replay(a_trace(rows), cluster(8))  # any other trace: dropped, as before
+    assert [j.job.id for j in plain.jobs] == ["known"] and plain.report.dropped == {"no run time": 2}

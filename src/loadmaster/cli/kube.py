@@ -296,30 +296,46 @@ def _print_plan(report: StepReport) -> None:
 
 @app.command("snapshot")
 def snapshot(
-    out: Annotated[Path, typer.Option("-o", "--out", help="Folder for cluster.yaml and jobs.parquet")],
+    out: Annotated[
+        Path, typer.Option("-o", "--out", help="Folder for cluster.yaml, jobs.parquet and usage.json")
+    ],
     kubeconfig: Kubeconfig = None,
     name: Annotated[str, typer.Option(help="Name of the cluster spec")] = "live",
+    fairshare_checkpoint: CheckpointConfigMap = DEFAULT_CHECKPOINT,
 ) -> None:
-    """Write the live cluster as a cluster spec (cluster.yaml) and its jobs as a trace (jobs.parquet)."""
+    """Write the live cluster as a cluster spec (cluster.yaml), its jobs as a trace (jobs.parquet) and
+    its fair-share usage and run-time history (usage.json), for a replay in the simulator."""
     import yaml  # noqa: PLC0415 - lazy: see the note above `app`
 
     from loadmaster.cli.output import console  # noqa: PLC0415
+    from loadmaster.config.usage import render_past_usage  # noqa: PLC0415
     from loadmaster.kube.cluster import KubeCluster  # noqa: PLC0415
     from loadmaster.kube.queues import load_profile  # noqa: PLC0415
-    from loadmaster.kube.snapshot import take_snapshot  # noqa: PLC0415
+    from loadmaster.kube.snapshot import past_usage_of, take_snapshot  # noqa: PLC0415
+    from loadmaster.kube.translate import KubeError  # noqa: PLC0415
     from loadmaster.scheduling import Scheduler  # noqa: PLC0415
     from loadmaster.traces.trace import write_parquet  # noqa: PLC0415
 
     api = _api(kubeconfig)
-    cluster = KubeCluster(api, Scheduler(load_profile(api, "binpack", configmap=None)), "snapshot")
+    scheduler = Scheduler(load_profile(api, "binpack", configmap=None))
+    cluster = KubeCluster(api, scheduler, "snapshot", checkpoint=_checkpoint(api, fairshare_checkpoint))
     cluster.list_now()
+    now = cluster.clock()
+    if not cluster.read_history(now):
+        raise KubeError(
+            f"cannot read the fair-share checkpoint ConfigMap {fairshare_checkpoint} (see the log)"
+        )
     taken = take_snapshot(cluster.state, name)
     out.mkdir(parents=True, exist_ok=True)
     (out / "cluster.yaml").write_text(yaml.safe_dump(taken.cluster, sort_keys=False))
     write_parquet(taken.trace, out / "jobs.parquet")
+    past = past_usage_of(cluster.history, taken.trace, now)
+    (out / "usage.json").write_text(render_past_usage(past) + "\n")
     console.print(
-        f"Wrote {out / 'cluster.yaml'} and {out / 'jobs.parquet'} ({len(taken.trace)} jobs). Replay: "
-        f"loadmaster simulate --cluster {out / 'cluster.yaml'} --trace {out / 'jobs.parquet'}"
+        f"Wrote {out / 'cluster.yaml'}, {out / 'jobs.parquet'} ({len(taken.trace)} jobs) and "
+        f"{out / 'usage.json'} ({len(past.usage_gpu_s)} users and groups with usage). Replay: "
+        f"loadmaster simulate --cluster {out / 'cluster.yaml'} --trace {out / 'jobs.parquet'} "
+        f"--past-usage {out / 'usage.json'}"
     )
 
 

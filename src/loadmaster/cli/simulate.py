@@ -24,8 +24,10 @@ from loadmaster.config import (
     load_workload,
     select_profiles,
 )
+from loadmaster.config.usage import load_past_usage
 from loadmaster.errors import ConfigError
 from loadmaster.experiment import ProfileRun, compare, context, output_helpers, write_outputs
+from loadmaster.model.usage import PastUsage
 from loadmaster.scheduling import PLUGINS, Profile
 
 DEFAULT_PROFILES = "kube-default,fifo,sds,nsml,slurm,fair"
@@ -69,6 +71,13 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
         list[str] | None,
         typer.Option(help="Print the story of JOB_ID under each profile: why it waited, when"),
     ] = None,
+    past_usage: Annotated[
+        Path | None,
+        typer.Option(
+            help="Start from this fair-share usage and run-time history (the usage.json that "
+            "`kube snapshot` writes beside the trace); default: nobody has used anything"
+        ),
+    ] = None,
 ) -> None:
     """Run every profile on the same cluster and jobs; print a comparison and write a report."""
     _check_options(load=load, period=period, on_error=on_error, trace=trace)
@@ -97,6 +106,7 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
         )
         for line in spec_workload.replay.lines() if spec_workload.replay else ():
             console.print(line, markup=False, highlight=False)
+        past = load_past_usage(past_usage) if past_usage is not None else None
         wanted = frozenset(explain or ())
         unknown = sorted(wanted - {t.job.id for t in spec_workload.jobs})
         if unknown:
@@ -104,7 +114,7 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
                 "--explain", "", f"no job {unknown[0]!r} in the workload (ids look like j000001)"
             )
         parallel = workers if workers is not None else os.cpu_count() or 1
-        runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted, parallel)
+        runs = _run_with_progress(spec_cluster, spec_workload, chosen, seed, period, wanted, parallel, past)
         console.print(_comparison(runs))
         for run in runs:
             if run.summary.jobs_rejected:
@@ -152,6 +162,7 @@ def _run_with_progress(  # noqa: PLR0917 - a private helper of simulate, called 
     period: float | None,
     explain: frozenset[str],
     workers: int,
+    past_usage: PastUsage | None,
 ) -> list[ProfileRun]:
     with count_progress() as progress:
         tasks = {p.name: progress.add_task(p.name, total=len(workload.jobs)) for p in profiles}
@@ -164,6 +175,7 @@ def _run_with_progress(  # noqa: PLR0917 - a private helper of simulate, called 
             progress=lambda name, n: progress.advance(tasks[name], n),
             explain=explain,
             workers=workers,
+            past_usage=past_usage,
         )
 
 

@@ -37,13 +37,15 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from loadmaster.config.usage import json_object, mapping, number, past_usage_from, usage_fields
+from loadmaster.errors import ConfigError
 from loadmaster.kube import translate as tr
 from loadmaster.kube.api import REQUEST_TIMEOUT_S, ApiFailure, short_error
 from loadmaster.kube.history import JobHistory, SavedHistory
@@ -63,10 +65,6 @@ END_GRACE_S = 300.0
 MAX_BYTES = 900 * 1024
 """Largest checkpoint written: a ConfigMap holds at most 1 MiB (etcd's object limit)."""
 FIRST_RETRY_S = 1.0
-
-
-class CheckpointError(ValueError):
-    """A stored checkpoint that cannot be read: names the ConfigMap, the key and the field."""
 
 
 @dataclass
@@ -134,7 +132,7 @@ class UsageCheckpoint:
             return True
         try:
             saved = parse(text, f"ConfigMap {self.configmap}, key {DATA_KEY}")
-        except CheckpointError as exc:
+        except ConfigError as exc:
             self.unreadable = text
             log.error("%s; fair-share usage starts empty (the text is kept under %s)", exc, UNREADABLE_KEY)
             return True
@@ -142,9 +140,9 @@ class UsageCheckpoint:
         log.info(
             "fair-share usage restored from ConfigMap %s: %d users and groups, saved at %s",
             self.configmap,
-            len(saved.usage_gpu_s),
-            tr.utc_stamp(saved.saved_at_s),
-            extra={"owners": len(saved.usage_gpu_s), "saved_at": saved.saved_at_s},
+            len(saved.past.usage_gpu_s),
+            tr.utc_stamp(saved.past.as_of_s),
+            extra={"owners": len(saved.past.usage_gpu_s), "saved_at": saved.past.as_of_s},
         )
         return True
 
@@ -264,11 +262,9 @@ def render(saved: SavedHistory) -> str:
     return json.dumps(
         {
             "format": FORMAT,
-            "saved_at": saved.saved_at_s,
+            "saved_at": saved.past.as_of_s,
             "watermark": saved.watermark_s,
-            "usage_gpu_s": dict(saved.usage_gpu_s),
-            "recent_runtimes_s": {u: list(r) for u, r in saved.recent_runtimes_s.items()},
-            "recent_limits_s": {u: list(r) for u, r in saved.recent_limits_s.items()},
+            **usage_fields(saved.past),
             "charged": sorted(saved.charged),
             "recorded": {job: sorted(uids) for job, uids in saved.recorded.items()},
         },
@@ -278,68 +274,26 @@ def render(saved: SavedHistory) -> str:
 
 
 def parse(text: str, where: str) -> SavedHistory:
-    """A checkpoint's text read back; :class:`CheckpointError` naming ``where`` and the field at fault."""
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CheckpointError(f"{where}: not JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    """A checkpoint's text read back; :class:`ConfigError` naming ``where`` and the field at fault."""
+    raw = json_object(text, where)
     if raw.get("format") != FORMAT:
-        raise CheckpointError(f"{where}: field format: expected {FORMAT}, got {raw.get('format')!r}")
-    saved_at = _number(raw, "saved_at", where)
-    watermark = _number(raw, "watermark", where)
-    if watermark > saved_at:
-        raise CheckpointError(f"{where}: field watermark: must be <= saved_at ({saved_at}), got {watermark}")
-    found = _mapping(raw, "usage_gpu_s", where)
-    usage = {k: _positive(v, f"usage_gpu_s[{k!r}]", where) for k, v in found.items()}
-    for key in usage:
-        if not key.startswith(("user/", "group/")):
-            raise CheckpointError(f"{where}: field usage_gpu_s: key {key!r} must start with user/ or group/")
+        raise ConfigError(where, "format", f"expected {FORMAT}, got {raw.get('format')!r}")
+    past = past_usage_from(raw, where, as_of="saved_at")
+    watermark = number(raw, "watermark", where)
+    if watermark > past.as_of_s:
+        raise ConfigError(where, "watermark", f"must be <= saved_at ({past.as_of_s}), got {watermark}")
     return SavedHistory(
-        saved_at_s=saved_at,
+        past=past,
         watermark_s=watermark,
-        usage_gpu_s=usage,
-        recent_runtimes_s=_series(raw, "recent_runtimes_s", where),
-        recent_limits_s=_series(raw, "recent_limits_s", where),
-        charged=frozenset(_strings(raw.get("charged", []), "charged", where)),
+        charged=frozenset(_uids(raw.get("charged", []), "charged", where)),
         recorded={
-            job: frozenset(_strings(uids, f"recorded[{job!r}]", where))
-            for job, uids in _mapping(raw, "recorded", where).items()
+            job: frozenset(_uids(uids, f"recorded[{job!r}]", where))
+            for job, uids in mapping(raw, "recorded", where).items()
         },
     )
 
 
-def _number(raw: Mapping[str, Any], name: str, where: str) -> float:
-    value = raw.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise CheckpointError(f"{where}: field {name}: expected a finite number, got {value!r}")
-    return float(value)
-
-
-def _positive(value: Any, name: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise CheckpointError(f"{where}: field {name}: expected a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _mapping(raw: Mapping[str, Any], name: str, where: str) -> Mapping[str, Any]:
-    value = raw.get(name, {})
-    if not isinstance(value, dict):
-        raise CheckpointError(f"{where}: field {name}: expected an object, got {type(value).__name__}")
-    return value
-
-
-def _series(raw: Mapping[str, Any], name: str, where: str) -> dict[str, tuple[float, ...]]:
-    found: dict[str, tuple[float, ...]] = {}
-    for user, values in _mapping(raw, name, where).items():
-        if not isinstance(values, list):
-            raise CheckpointError(f"{where}: field {name}[{user!r}]: expected a list of seconds")
-        found[user] = tuple(_positive(v, f"{name}[{user!r}]", where) for v in values)
-    return found
-
-
-def _strings(values: Any, name: str, where: str) -> list[str]:
+def _uids(values: Any, name: str, where: str) -> list[str]:
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-        raise CheckpointError(f"{where}: field {name}: expected a list of pod UIDs (strings)")
+        raise ConfigError(where, name, "expected a list of pod UIDs (strings)")
     return values

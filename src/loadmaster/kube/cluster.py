@@ -254,9 +254,7 @@ class KubeCluster:
         started = time.perf_counter()
         self.drain()
         now = self.clock()
-        restored = self.checkpoint is None or self.checkpoint.restore(self.history)
-        if restored:
-            self._charge(now)
+        restored = self.read_history(now)
         if not dry_run and not self.lead():
             return StepReport(leader=False)
         report = StepReport(leader=True)
@@ -311,6 +309,14 @@ class KubeCluster:
         self.stats.add("cycles")
         self.stats.emit("cycle_s", time.perf_counter() - started)
         return report
+
+    def read_history(self, now: float) -> bool:
+        """Read the fair-share checkpoint if not yet read, then charge what ended since the last call;
+        False (nothing charged) while the checkpoint cannot be read."""
+        if self.checkpoint is not None and not self.checkpoint.restore(self.history):
+            return False
+        self._charge(now)
+        return True
 
     def _charge(self, now: float) -> None:
         state = self.state

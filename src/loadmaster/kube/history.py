@@ -48,7 +48,7 @@ from loadmaster.errors import LoadmasterError
 from loadmaster.kube import translate as tr
 from loadmaster.model import MILLI_PER_GPU, ClusterSnapshot, TaskRequest
 from loadmaster.model.mig import instance_milli, mig_model_for
-from loadmaster.model.usage import HALF_LIFE_S, HISTORY_JOBS, UsageLedger
+from loadmaster.model.usage import HALF_LIFE_S, HISTORY_JOBS, PastUsage, UsageLedger
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +61,13 @@ MIG_COMPUTE_SLICES = 7
 class SavedHistory:
     """What a checkpoint keeps of a :class:`JobHistory` (``kube/checkpoint.py`` writes and reads it).
 
-    Pods and runs that ended at or before ``watermark_s`` are in the numbers; of those that ended
+    Pods and runs that ended at or before ``watermark_s`` are in ``past``; of those that ended
     after it, the ones named in ``charged`` and ``recorded`` are.
     """
 
-    saved_at_s: float
+    past: PastUsage
+    """The usage per ``user/NAME`` and ``group/NAME`` as of the save, and the run-time history."""
     watermark_s: float
-    usage_gpu_s: Mapping[str, float]
-    """Per ``user/NAME`` and ``group/NAME``, as of ``saved_at_s``."""
-    recent_runtimes_s: Mapping[str, tuple[float, ...]]
-    recent_limits_s: Mapping[str, tuple[float, ...]]
     charged: frozenset[str]
     """UIDs of the pods charged that ended after the watermark."""
     recorded: Mapping[str, frozenset[str]]
@@ -201,13 +198,16 @@ class JobHistory:
         """
         watermark = max(now - grace_s, self.watermark_s)
         return SavedHistory(
-            saved_at_s=now,
+            past=self.past(now),
             watermark_s=watermark,
-            usage_gpu_s=dict(self.usage.view(now)),
-            recent_runtimes_s=dict(self.recent_runtimes),
-            recent_limits_s=dict(self.recent_limits),
             charged=frozenset(uid for uid, end in self._charged.items() if end > watermark),
             recorded={job: uids for job, (uids, end) in self._recorded.items() if end > watermark},
+        )
+
+    def past(self, now: float) -> PastUsage:
+        """The usage as of ``now`` and the run-time history, as a simulation can start from them."""
+        return PastUsage(
+            now, dict(self.usage.view(now)), dict(self.recent_runtimes), dict(self.recent_limits)
         )
 
     def restore(self, saved: SavedHistory) -> None:
@@ -215,14 +215,15 @@ class JobHistory:
         would count those pods twice)."""
         if self.observed:
             raise RuntimeError("a history is restored before it observes anything")
+        past = saved.past
         self.usage = UsageLedger(self.usage.half_life_s)
-        for key, gpu_s in saved.usage_gpu_s.items():
-            self.usage.charge(key, gpu_s, saved.saved_at_s)
+        for key, gpu_s in past.usage_gpu_s.items():
+            self.usage.charge(key, gpu_s, past.as_of_s)
         keep = self.history_jobs
-        self.recent_runtimes = {u: tuple(r)[-keep:] for u, r in saved.recent_runtimes_s.items()}
-        self.recent_limits = {u: tuple(r)[-keep:] for u, r in saved.recent_limits_s.items()}
-        self._charged = dict.fromkeys(saved.charged, saved.saved_at_s)
-        self._recorded = {job: (uids, saved.saved_at_s) for job, uids in saved.recorded.items()}
+        self.recent_runtimes = {u: tuple(r)[-keep:] for u, r in past.recent_runtimes_s.items()}
+        self.recent_limits = {u: tuple(r)[-keep:] for u, r in past.recent_limits_s.items()}
+        self._charged = dict.fromkeys(saved.charged, past.as_of_s)
+        self._recorded = {job: (uids, past.as_of_s) for job, uids in saved.recorded.items()}
         self.watermark_s = saved.watermark_s
         self.changes += 1
 

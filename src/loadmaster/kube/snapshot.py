@@ -8,20 +8,25 @@ nodes ``<group>-000`` and on, not as Kubernetes does). Every job loadmaster
 schedules becomes one trace row: bound jobs with status ``running`` and their
 start time, waiting jobs with status ``unknown``; durations are null because
 the API does not know them (the replay takes the time limit instead).
+:func:`past_usage_of` gives the fair-share usage and run-time history in the
+trace's time, for ``simulate --past-usage``.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
 from loadmaster.kube import translate as tr
+from loadmaster.kube.history import JobHistory
 from loadmaster.kube.state import KubeState
 from loadmaster.model import Node
+from loadmaster.model.usage import PastUsage
+from loadmaster.traces.replay import UNKNOWN_RUN_TIME_KEY
 from loadmaster.traces.rows import ReadReport
 from loadmaster.traces.schema import SCHEMA
 from loadmaster.traces.trace import Trace
@@ -123,8 +128,21 @@ def job_trace(state: KubeState) -> Trace:
         for column, value in values.items():
             columns[column].append(value)
     table = pa.Table.from_pydict(columns, schema=SCHEMA)
-    meta = {"format": FORMAT, "source": "kubernetes", "origin_epoch_s": f"{origin:.3f}"}
+    meta = {
+        "format": FORMAT,
+        "source": "kubernetes",
+        "origin_epoch_s": f"{origin:.3f}",
+        UNKNOWN_RUN_TIME_KEY: "time_limit",  # a replay runs each job for its limit, as the scheduler plans
+    }
     return Trace(table, meta, ReadReport("kubernetes", FORMAT, rows=len(rows)))
+
+
+def past_usage_of(history: JobHistory, trace: Trace, now: float) -> PastUsage:
+    """``history`` as of ``now``, in the time of ``trace`` (seconds from its first submission), as
+    ``simulate --past-usage`` reads it."""
+    origin = float(trace.meta.get("origin_epoch_s", "0") or 0.0) if len(trace) else now  # no jobs: t=0
+    past = history.past(now)
+    return replace(past, as_of_s=now - origin)
 
 
 def _slug(text: str) -> str:

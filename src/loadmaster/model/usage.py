@@ -11,6 +11,20 @@ HISTORY_JOBS = 5
 """Finished jobs kept per user for run-time prediction and the learned order's history inputs."""
 
 
+@dataclass(frozen=True)
+class PastUsage:
+    """Fair-share usage and run-time history a run starts from (a live cluster's: ``kube snapshot``)."""
+
+    as_of_s: float
+    """When ``usage_gpu_s`` is worth what it says, in the run's time."""
+    usage_gpu_s: Mapping[str, float]
+    """Decayed GPU-seconds per ``user/NAME`` and ``group/NAME``."""
+    recent_runtimes_s: Mapping[str, tuple[float, ...]]
+    """Each user's last run times, oldest first."""
+    recent_limits_s: Mapping[str, tuple[float, ...]]
+    """The time limits of those runs, in the same order."""
+
+
 @dataclass(eq=False)
 class UsageLedger:
     """Decayed GPU-seconds per key; a charge made at time t is worth 2^-((now - t) / half_life) now."""

@@ -24,7 +24,7 @@ from loadmaster.model import (
 )
 from loadmaster.model.running import RunningSerials, next_serial
 from loadmaster.model.snapshot import gpu_summary, node_gpu_summary
-from loadmaster.model.usage import HALF_LIFE_S, HISTORY_JOBS, UsageLedger
+from loadmaster.model.usage import HALF_LIFE_S, HISTORY_JOBS, PastUsage, UsageLedger
 from loadmaster.scheduling.mig_pool import MigPool
 
 
@@ -115,6 +115,14 @@ class SimCluster:
             service_s=self.service,
             running_serials=self.serials,
         )
+
+    def start_from(self, past: PastUsage) -> None:
+        """Start with ``past``'s usage and run-time history (a replay of a live cluster)."""
+        for key, gpu_s in past.usage_gpu_s.items():
+            self.usage.charge(key, gpu_s, past.as_of_s)
+        keep = self.history_jobs
+        self.recent_runtimes.update((u, tuple(r)[-keep:]) for u, r in past.recent_runtimes_s.items())
+        self.recent_limits.update((u, tuple(r)[-keep:]) for u, r in past.recent_limits_s.items())
 
     def account(self, running: RunningJob, now: float, finished: bool) -> float:
         """Charge a job's GPU-seconds to its user and group (fair share); return them.

@@ -21,7 +21,7 @@ import numpy as np
 
 from loadmaster.errors import SimulationError
 from loadmaster.model import MILLI_PER_GPU, Job, NodeTable, PendingJob, RunningJob, TaskPlacement, TraceJob
-from loadmaster.model.usage import HALF_LIFE_S
+from loadmaster.model.usage import HALF_LIFE_S, PastUsage
 from loadmaster.scheduling import Bind, CycleResult, Preempt, Reserve, Scheduler, Status
 from loadmaster.sim.cluster import SimCluster
 from loadmaster.sim.events import EventQueue, Kind
@@ -52,6 +52,8 @@ class SimOptions:
     """At equal times, handle arrivals before completions (the RLScheduler simulator's order)."""
     mig: MigSimOptions | None = None
     """MIG pools, reconfiguration time, reboots and re-planning (see :mod:`loadmaster.sim.mig`)."""
+    past_usage: PastUsage | None = None
+    """Fair-share usage and run-time history the run starts from (None: nobody has used anything)."""
     resume_preempted: bool = False
     """A preempted job keeps its progress (checkpointed, as Tiresias' simulator assumes) and resumes
     for the rest of its duration, so no work is lost; False: it restarts from the beginning."""
@@ -72,6 +74,8 @@ class Simulator:
             raise SimulationError("job ids must be unique within a workload")
         mig_pool = build_mig_pool(nodes, options.mig.pools) if options.mig is not None else None
         self.cluster = SimCluster(nodes, options.fair_share_half_life_s, mig=mig_pool)
+        if options.past_usage is not None:
+            self.cluster.start_from(options.past_usage)
         self.recorder = TimelineRecorder(nodes)
         self.log = JobLog(len(self.jobs))
         self.events = EventQueue(options.arrivals_first)

@@ -5,6 +5,10 @@ Conversion (each default says why):
 - A row without a run time, or with run time 0, cannot be replayed (the
   simulator needs the true duration) and is dropped and counted; so is a row
   that asks for no GPU, because the simulated cluster schedules GPUs only.
+  One exception: a trace whose metadata says ``unknown_run_time:
+  time_limit`` (a snapshot of a live cluster, where no run time is known
+  yet) runs each such job for its time limit, as the live scheduler plans
+  it; the report counts them.
 - A job bigger than the simulated cluster (a task wider than the widest
   node, or more GPUs than the cluster has) is dropped and counted with the
   reason, or stops the replay when ``too_big="stop"``: never silently.
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -65,6 +69,8 @@ CAPACITY_KEYS = ("capacity_gpus", "MaxProcs", "MaxNodes")
 An SWF log's ``MaxNodes`` comes last: it counts processors only in logs of one
 processor per node, such as Lublin's model logs, which have no ``MaxProcs``."""
 
+UNKNOWN_RUN_TIME_KEY = "unknown_run_time"
+"""Trace metadata: ``time_limit`` replays a row without a run time for its time limit."""
 DEFAULT_QUEUE = "default"
 UNKNOWN_USER = "unknown"
 
@@ -131,6 +137,8 @@ class ReplayReport:
     """With ``scale="sample"``: the number of replayable rows the jobs were drawn from."""
     offered_load: float | None = None
     """Offered load of the jobs on the cluster; None with fewer than two distinct submit times."""
+    run_time_from_limit: int = 0
+    """Rows without a run time that run for their time limit (:data:`UNKNOWN_RUN_TIME_KEY`)."""
 
     def lines(self) -> list[str]:
         """What the terminal prints: one line for the jobs, one per drop reason."""
@@ -143,6 +151,8 @@ class ReplayReport:
             text += f", drawn with replacement from {self.sampled_from:,} jobs"
         if self.trace_gpus is None:
             text += " (trace's cluster size unknown)"
+        if self.run_time_from_limit:
+            text += f"; {self.run_time_from_limit:,} without a run time run for their time limit"
         drops = [
             f"  dropped {n:,}: {reason} (first: job {self.first_dropped[reason]})"
             for reason, n in self.dropped.most_common()
@@ -201,7 +211,7 @@ def replay(trace: Trace, nodes: NodeTable, options: ReplayOptions | None = None)
         nodes = _pool_nodes(nodes, options.pool)
     report = ReplayReport(rows=len(trace), cluster_gpus=nodes.total_gpus)
     report.trace_gpus = options.trace_gpus or trace_capacity_gpus(trace)
-    rows = _replayable(_columns(trace, options), nodes, options, report)
+    rows = _replayable(_limits_for_unknown(_columns(trace, options), trace, report), nodes, options, report)
     if options.max_jobs is not None:
         rows = rows.take(np.arange(min(options.max_jobs, len(rows)), dtype=np.int64))
     if options.scale == "sample":
@@ -247,6 +257,15 @@ def _columns(trace: Trace, options: ReplayOptions) -> _Rows:
         memory_mib=zeros if gpu_resources else ints("memory_mib_per_task"),
         gpu_memory_mib=zeros if gpu_resources else ints("gpu_memory_mib"),
     )
+
+
+def _limits_for_unknown(rows: _Rows, trace: Trace, report: ReplayReport) -> _Rows:
+    """With ``unknown_run_time: time_limit`` in the metadata, rows without a run time take their limit."""
+    if trace.meta.get(UNKNOWN_RUN_TIME_KEY) != "time_limit":
+        return rows
+    missing = ~np.isfinite(rows.duration_s) & np.isfinite(rows.limit_s) & (rows.limit_s > 0)
+    report.run_time_from_limit = int(missing.sum())
+    return replace(rows, duration_s=np.where(missing, rows.limit_s, rows.duration_s))
 
 
 def _replayable(rows: _Rows, nodes: NodeTable, options: ReplayOptions, report: ReplayReport) -> _Rows:
