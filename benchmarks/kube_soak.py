@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import platform
 import sys
@@ -49,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kube.helpers import a_finished_status, a_node, a_pod, a_pod_group, wait_synced
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.checkpoint import DATA_KEY, DEFAULT_CHECKPOINT, UsageCheckpoint
 from loadmaster.kube.cluster import KubeCluster
 from loadmaster.scheduling import Scheduler, scan_kernel
 from loadmaster_testing.kube_api import KubeApiDouble
@@ -140,8 +142,15 @@ def soak(cycles: int, sample: int, seed: int, progress: bool = True) -> dict[str
     churn = Churn(api, np.random.default_rng(seed))
     churn.populate()
     client = api_client(host=url)
+    # The fair-share checkpoint written at every step that charged (every_s=0): what it names, and
+    # what its writer keeps, must stay as bounded as the cache.
+    checkpoint = UsageCheckpoint(client, every_s=0)
     cluster = KubeCluster(
-        client, Scheduler(load_profiles()["sds"]), "soak", lease=LeaderElector(client, "soak")
+        client,
+        Scheduler(load_profiles()["sds"]),
+        "soak",
+        lease=LeaderElector(client, "soak"),
+        checkpoint=checkpoint,
     )
     cluster.start()
     # The reservation search's compiled count (numba, the `fast` extra) loads at a process's
@@ -180,6 +189,8 @@ def soak(cycles: int, sample: int, seed: int, progress: bool = True) -> dict[str
             "history_charged": len(cluster.history._charged),
             "history_users": len(cluster.history.recent_runtimes),
             "pods_alive_at_end": len(api.store["pods"]),
+            "checkpoint_named_pods": len(json.loads(checkpoint_text(api) or "{}").get("charged", [])),
+            "checkpoint_bytes": len(checkpoint_text(api).encode()),
         }
     finally:
         cluster.stop()
@@ -195,8 +206,16 @@ def soak(cycles: int, sample: int, seed: int, progress: bool = True) -> dict[str
         "cache_sizes_at_end": sizes,
         "invalid_requests": len(api.invalid),
         "usage_charged": cluster.stats.counts.get("usage_charged", 0),
+        "checkpoint_writes": checkpoint.saves,
+        "checkpoint_failures": checkpoint.failures,
         "compiled_count_rss_mib": None if compiled_mib is None else round(compiled_mib, 1),
     }
+
+
+def checkpoint_text(api: KubeApiDouble) -> str:
+    """The fair-share checkpoint as the double stores it ('' when none was written)."""
+    found = api.get("configmaps", DEFAULT_CHECKPOINT)
+    return str((found or {}).get("data", {}).get(DATA_KEY, ""))
 
 
 def load_compiled_count() -> float | None:
@@ -234,6 +253,8 @@ def main() -> None:
         ("RSS after warm-up (MiB)", round(warm, 1)),
         ("RSS growth after warm-up (MiB)", round(growth, 2)),
         ("compiled count loaded first (MiB)", m["compiled_count_rss_mib"] or "no numba"),
+        ("checkpoint writes", m["checkpoint_writes"]),
+        ("checkpoint failures", m["checkpoint_failures"]),
         *((f"size at end: {k}", v) for k, v in m["cache_sizes_at_end"].items()),
     ]
     for name, value in rows:

@@ -18,7 +18,7 @@ from kube.helpers import Clock, a_node, wait_synced
 from kube.test_fair_share_history import finished_pod, waiting_pod
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
-from loadmaster.kube.checkpoint import DATA_KEY, UNREADABLE_KEY, UsageCheckpoint
+from loadmaster.kube.checkpoint import DATA_KEY, UsageCheckpoint
 from loadmaster.kube.cluster import KubeCluster, StepReport
 from loadmaster.model.usage import HALF_LIFE_S
 from loadmaster.scheduling import Scheduler
@@ -137,7 +137,7 @@ def test_an_unreadable_checkpoint_is_kept_and_the_scheduler_goes_on(
     assert "ConfigMap loadmaster/loadmaster-fairshare, key usage.json: saved_at" in caplog.text
     assert [key for key, _ in api.bindings] == ["team-a/a1"]  # scheduling went on
     data = stored(api)
-    assert data[UNREADABLE_KEY] == bad  # nothing stored is lost
+    assert data[f"unreadable.{int(clock.now)}.usage.json"] == bad  # nothing stored is lost
     assert json.loads(data[DATA_KEY])["format"] == 1
 
 
@@ -170,12 +170,17 @@ def test_a_write_that_conflicts_is_made_again_on_the_new_version(api: KubeApiDou
         other = api.get("configmaps", CONFIGMAP)
         assert other is not None
         api.replace("configmaps", CONFIGMAP, other)  # another writer: a new resourceVersion
-        api.create("pods", finished_pod("done", "team-a", clock.now - 7200, clock.now - 3600))
+        # It ends now (a pod is in the API from its creation; its end arrives with the kubelet's update).
+        api.create("pods", finished_pod("done", "team-a", clock.now - 7200, clock.now))
         wait_synced(replica, api.rv)
         replica.step()
-        assert (checkpoint.saves, checkpoint.failures) == (1, 1)  # 409, version re-read
-        replica.step()
-        assert (checkpoint.saves, checkpoint.failures) == (2, 1)
+        assert (checkpoint.saves, checkpoint.failures) == (1, 1)  # 409: read it again first
+        assert checkpoint.reload_wanted
+        replica.step()  # within the backoff: no new try
+        assert (checkpoint.saves, checkpoint.failures) == (1, 1)
+        clock.now += 2
+        replica.step()  # read again, the pod charged again on top of what was stored, written
+        assert (checkpoint.saves, checkpoint.failures) == (2, 1) and not checkpoint.reload_wanted
     finally:
         replica.stop()
     assert "user/team-a" in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]
@@ -208,11 +213,49 @@ def test_a_follower_reads_the_checkpoint_and_writes_nothing(api: KubeApiDouble, 
     try:
         wait_synced(leader, api.rv)
         leader.step()
+        written = api.get("configmaps", CONFIGMAP)
+        assert written is not None
         wait_synced(follower, api.rv)
         assert not follower.step().leader
         assert follower.checkpoint is not None and follower.checkpoint.restored
-        assert follower.checkpoint.saves == 0
         assert follower.stats.counts.get("usage_charged", 0) == 0  # in the checkpoint already
+        again = api.get("configmaps", CONFIGMAP)
+        assert again is not None
+        assert again["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
     finally:
         follower.stop()
         leader.stop()
+
+
+def test_a_new_leader_keeps_what_the_last_one_charged_after_the_follower_read(
+    api: KubeApiDouble, clock: Clock
+) -> None:
+    """A rolling update: B reads the store, then A charges a pod that is removed at once
+    (``ttlSecondsAfterFinished: 0``) and writes. B never saw that pod; when B leads, it starts again
+    from the store before it writes, so the usage stays."""
+    api.create("nodes", a_node("n0", gpus=8))
+    a, b = a_replica(api, clock, "a", every_s=0), a_replica(api, clock, "b", every_s=0)
+    for replica in (a, b):
+        replica.start()
+    try:
+        wait_synced(a, api.rv)
+        assert a.step().leader  # creates the store, empty
+        wait_synced(b, api.rv)
+        assert not b.step().leader  # reads it
+        ended = clock.now
+        api.create("pods", finished_pod("quick", "team-a", ended - 3600, ended))
+        wait_synced(a, api.rv)
+        a.step()  # charges it and writes
+        assert "user/team-a" in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]
+        api.delete("pods", "team-a/quick", 0)
+        wait_synced(b, api.rv)
+        b.step()  # the pod is gone: B never saw it
+        a.stop()
+        report = step_as_leader(b, clock)
+    finally:
+        b.stop()
+        a.stop()
+    assert report.view is not None
+    expected = decayed(8 * 3600.0, clock.now - ended)  # 8 GPUs for an hour
+    assert report.view.snapshot.usage_gpu_s["user/team-a"] == pytest.approx(expected)
+    assert "user/team-a" in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]

@@ -40,6 +40,9 @@ def test_a_short_soak_keeps_every_cache_bounded() -> None:
     # Fair-share history: every finished or deleted run charged, only live pods remembered.
     assert m["usage_charged"] > 50
     assert sizes["history_running"] + sizes["history_charged"] <= sizes["pods_alive_at_end"]
+    # The checkpoint, written at every step that charged, names only pods still in the cache.
+    assert m["checkpoint_writes"] > 50 and m["checkpoint_failures"] == 0
+    assert sizes["checkpoint_named_pods"] <= sizes["pods_alive_at_end"]
     # Translations kept across steps: only for pods (and their jobs) still in the cache.
     assert 0 < sizes["state_jobs"] <= sizes["state_requests"] <= sizes["pods_alive_at_end"]
     _, growth = kube_soak.growth_mib(m["samples"], 150)

@@ -6,12 +6,16 @@ import json
 from typing import Any
 
 import pytest
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 from test_kube_history import NAMES, T0, pods_of, ran
 
 from loadmaster.errors import ConfigError
 from loadmaster.kube.checkpoint import UsageCheckpoint, parse, render
 from loadmaster.kube.history import JobHistory
+from loadmaster.kube.metrics import SchedulerMetrics
+from loadmaster.kube.translate import utc_stamp
 
 GRACE_S = 300.0
 
@@ -139,11 +143,209 @@ def test_a_forbidden_read_leaves_the_replica_without_a_ledger_and_says_why(
     checkpoint = UsageCheckpoint(api=None)  # type: ignore[arg-type]  # the client is replaced below
     checkpoint.core = Forbidden()  # type: ignore[assignment]
     history = JobHistory()
-    assert checkpoint.restore(history)  # scheduling goes on, without a ledger
-    assert not checkpoint.enabled and not checkpoint.due(history.changes + 1)
+    assert checkpoint.restore(history, T0)  # scheduling goes on, without a ledger
+    assert checkpoint.reload_wanted and not checkpoint.due(history.changes + 1)  # no write over it
+    assert checkpoint.failures == 1  # counted: the failed-writes series shows it
     assert "forbidden" in caplog.text and "deploy/rbac.yaml" in caplog.text
 
 
 def test_a_checkpoint_name_without_a_namespace_is_refused() -> None:
     with pytest.raises(ValueError, match="NAMESPACE/NAME"):
         UsageCheckpoint(api=None, configmap="loadmaster-fairshare/")  # type: ignore[arg-type]
+
+
+def test_the_watermark_boundary_is_the_same_on_both_sides() -> None:
+    """A pod that finished exactly at the watermark is in the numbers and not named; one a second
+    later is named: neither is charged again, and the restored history equals the one that ran on."""
+    save_s = T0 + 7200
+    watermark = save_s - GRACE_S
+    at = ran("at", 1, start=T0, end=watermark, phase="Succeeded")
+    after = ran("after", 1, start=T0, end=watermark + 1, phase="Succeeded")
+    before = charged_history(at, after, now=save_s)
+    saved = before.saved(save_s, GRACE_S)
+    assert saved.watermark_s == watermark
+    assert saved.charged == frozenset({after["metadata"]["uid"]})
+    restored = JobHistory()
+    restored.restore(parse(render(saved), "test"))
+    assert restored.observe(pods_of(at, after), NAMES, save_s + 60) == 0
+    assert restored.usage.value("user/team-a", save_s) == pytest.approx(
+        before.usage.value("user/team-a", save_s)
+    )
+
+
+def a_pod_that_failed_before_its_container_ran(
+    end: float, *, later_condition: float | None = None
+) -> dict[str, Any]:
+    """Failed with no container's finishedAt: its end is read from its conditions, which can grow."""
+    pod = ran("early", 2, start=T0, phase="Failed")
+    conditions = [{"type": "Ready", "status": "False", "lastTransitionTime": utc_stamp(end)}]
+    if later_condition is not None:
+        conditions.append(
+            {"type": "DisruptionTarget", "status": "True", "lastTransitionTime": utc_stamp(later_condition)}
+        )
+    pod["status"]["conditions"] = conditions
+    return pod
+
+
+def test_an_end_read_from_conditions_is_named_whatever_the_watermark() -> None:
+    """A condition added after the pod ended moves the end it reads; the watermark alone would let a
+    successor charge it again, so the checkpoint names it."""
+    save_s = T0 + 7200
+    pod = a_pod_that_failed_before_its_container_ran(T0 + 600)
+    before = charged_history(pod, now=save_s)
+    saved = before.saved(save_s, GRACE_S)
+    assert saved.charged == frozenset({pod["metadata"]["uid"]})  # ended long before the watermark
+    restored = JobHistory()
+    restored.restore(parse(render(saved), "test"))
+    moved = a_pod_that_failed_before_its_container_ran(T0 + 600, later_condition=save_s + 30)
+    assert restored.observe(pods_of(moved), NAMES, save_s + 60) == 0
+
+
+class Answer:
+    """What the client returns with ``_preload_content=False``: the raw body."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.data = json.dumps(obj).encode()
+
+
+class FakeCore:
+    """A CoreV1Api for one ConfigMap: the reads and writes are kept; ``errors`` answer the next calls."""
+
+    def __init__(self, stored: dict[str, Any] | None = None) -> None:
+        self.stored = stored
+        self.version = 1
+        self.errors: list[int] = []
+        self.calls: list[str] = []
+
+    def _fail(self) -> None:
+        if self.errors:
+            raise ApiException(status=self.errors.pop(0), reason="test")
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: Any) -> Answer:
+        self.calls.append("read")
+        self._fail()
+        if self.stored is None:
+            raise ApiException(status=404, reason="Not Found")
+        return Answer(self.stored)
+
+    def _write(self, body: Any) -> Answer:
+        self._fail()
+        self.version += 1
+        self.stored = ApiClient().sanitize_for_serialization(body)
+        self.stored["metadata"]["resourceVersion"] = str(self.version)
+        return Answer(self.stored)
+
+    def create_namespaced_config_map(self, namespace: str, body: Any, **_: Any) -> Answer:
+        self.calls.append("create")
+        return self._write(body)
+
+    def replace_namespaced_config_map(self, name: str, namespace: str, body: Any, **_: Any) -> Answer:
+        self.calls.append("replace")
+        return self._write(body)
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def with_core(core: FakeCore, **options: Any) -> UsageCheckpoint:
+    checkpoint = UsageCheckpoint(api=None, **options)  # type: ignore[arg-type]  # the client is replaced
+    checkpoint.core = core  # type: ignore[assignment]
+    return checkpoint
+
+
+def stored_checkpoint(text: str, **data: str) -> dict[str, Any]:
+    meta = {"name": "loadmaster-fairshare", "namespace": "loadmaster", "resourceVersion": "1",
+            "labels": {"team": "platform"}, "annotations": {"note": "keep"}}  # fmt: skip
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"usage.json": text, **data}}
+
+
+def test_a_missing_namespace_is_retried_with_a_doubling_backoff(caplog: pytest.LogCaptureFixture) -> None:
+    core, ticks = FakeCore(), Ticks()
+    checkpoint = with_core(core, clock=ticks, every_s=60)
+    history = JobHistory()
+    assert checkpoint.restore(history, T0)
+    core.errors = [404] * 20  # create in a namespace that does not exist
+    waits = []
+    for step in range(40):
+        ticks.now = float(step)
+        if checkpoint.due(history.changes):
+            checkpoint.save(history, T0 + step, history.changes)
+            waits.append(step)
+    assert waits == [0, 1, 3, 7, 15, 31]  # 1, 2, 4, 8, 16 s apart
+    assert checkpoint.failures == 6 and "cannot write" in caplog.text
+
+
+def test_a_stale_pods_cache_keeps_the_watermark_further_back() -> None:
+    core = FakeCore()
+    checkpoint = with_core(core)
+    history = JobHistory()
+    checkpoint.restore(history, T0)
+    assert checkpoint.save(history, T0 + 10_000, history.changes, stale_s=1_000)
+    assert json.loads(core.stored["data"]["usage.json"])["watermark"] == T0 + 10_000 - GRACE_S - 1_000  # type: ignore[index]
+
+
+def test_a_checkpoint_from_the_future_is_set_aside_and_a_little_ahead_is_read_as_of_now() -> None:
+    history = charged_history(ran("a", 2, end=T0 + 60, phase="Succeeded"), now=T0 + 120)
+    far = render(history.saved(T0 + 3 * 86_400, GRACE_S))
+    core = FakeCore(stored_checkpoint(far))
+    checkpoint = with_core(core)
+    fresh = JobHistory()
+    assert checkpoint.read_into(fresh, T0 + 200) == "read"
+    assert dict(fresh.usage.view(T0 + 200)) == {}
+    assert checkpoint.kept[f"unreadable.{int(T0 + 200)}.usage.json"] == far
+    near = render(history.saved(T0 + 3_600, GRACE_S))  # the writer's clock an hour ahead
+    checkpoint = with_core(FakeCore(stored_checkpoint(near)))
+    fresh = JobHistory()
+    assert checkpoint.read_into(fresh, T0 + 200) == "read"
+    assert fresh.usage.value("user/team-a", T0 + 200) == pytest.approx(
+        history.usage.value("user/team-a", T0 + 3_600)
+    )
+
+
+def test_texts_set_aside_labels_and_other_keys_are_written_back() -> None:
+    core = FakeCore(stored_checkpoint("{bad 2", **{"unreadable.1.usage.json": "{bad 1", "extra": "x"}))
+    checkpoint = with_core(core)
+    history = JobHistory()
+    assert checkpoint.restore(history, T0)
+    assert checkpoint.save(history, T0, history.changes)
+    stored = core.stored
+    assert stored is not None and core.calls == ["read", "replace"]
+    assert stored["data"]["unreadable.1.usage.json"] == "{bad 1"
+    assert stored["data"][f"unreadable.{int(T0)}.usage.json"] == "{bad 2"
+    assert stored["data"]["extra"] == "x"
+    assert stored["metadata"]["labels"] == {"app": "loadmaster", "team": "platform"}
+    assert stored["metadata"]["annotations"] == {"note": "keep"}
+
+
+def test_a_forbidden_read_is_tried_again_and_a_later_grant_takes_effect() -> None:
+    core, ticks = FakeCore(stored_checkpoint(render(charged_history(now=T0).saved(T0, GRACE_S)))), Ticks()
+    core.errors = [403, 403]
+    checkpoint = with_core(core, clock=ticks)
+    assert checkpoint.restore(JobHistory(), T0) and checkpoint.reload_wanted
+    assert not checkpoint.reload_due()  # the backoff
+    ticks.now = 1.0
+    assert checkpoint.reload_due() and checkpoint.read_into(JobHistory(), T0) == "forbidden"
+    ticks.now = 3.0
+    assert checkpoint.read_into(JobHistory(), T0) == "read"
+    checkpoint.reloaded()
+    assert checkpoint.due(1) and checkpoint.failures == 2
+
+
+def test_the_metrics_count_writes_and_failures_and_stamp_the_last_write() -> None:
+    metrics = SchedulerMetrics("slurm")
+    metrics.observe_checkpoint(2, 1, T0)
+    metrics.observe_checkpoint(3, 1, T0 + 60)
+    samples = {
+        (s.name, s.labels.get("result")): s.value
+        for family in text_string_to_metric_families(metrics.exposition().decode())
+        for s in family.samples
+        if s.name.startswith("loadmaster_fairshare_checkpoint")
+    }
+    assert samples[("loadmaster_fairshare_checkpoint_writes_total", "written")] == 3
+    assert samples[("loadmaster_fairshare_checkpoint_writes_total", "failed")] == 1
+    assert samples[("loadmaster_fairshare_checkpoint_last_write_timestamp_seconds", None)] == T0 + 60

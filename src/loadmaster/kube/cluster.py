@@ -187,8 +187,8 @@ class KubeCluster:
         self.stats = Stats()
         self.state = KubeState(scheduler_names=scheduler_names(self.scheduler))
         self.history = history if history is not None else JobHistory()
-        """Fair-share usage and run-time history of the jobs that ended, kept by every replica (a
-        follower that becomes leader has them already)."""
+        """Fair-share usage and run-time history of the jobs that ended, kept by every replica; with a
+        checkpoint, a replica that becomes leader starts it again from the store first."""
         self.checkpoint = checkpoint
         """Where the history is kept across restarts: read before the first charge, written by the
         leader (None: in memory only)."""
@@ -264,14 +264,14 @@ class KubeCluster:
                 f"fair-share usage not read yet from ConfigMap {self.checkpoint.configmap} (see the log)"
             )
             return report
-        if not dry_run:
-            self.save_checkpoint(now)
         self._settle()
         distrust = None if dry_run else self._cache_trusted()
         if distrust is not None:
             log.warning("not scheduling this step: %s", distrust)
             report.waiting["*"] = f"the scheduler's cache may be stale: {distrust}"
             return report
+        if not dry_run:
+            self.save_checkpoint(now)  # after the trust check: a stale cache must not move the watermark
         if not dry_run:
             self._finish_rollbacks(report)
             self._retry_binds(report)
@@ -313,7 +313,7 @@ class KubeCluster:
     def read_history(self, now: float) -> bool:
         """Read the fair-share checkpoint if not yet read, then charge what ended since the last call;
         False (nothing charged) while the checkpoint cannot be read."""
-        if self.checkpoint is not None and not self.checkpoint.restore(self.history):
+        if self.checkpoint is not None and not self.checkpoint.restore(self.history, now):
             return False
         self._charge(now)
         return True
@@ -332,16 +332,39 @@ class KubeCluster:
             self.stats.add("usage_charged", charged)
 
     def save_checkpoint(self, now: float, *, force: bool = False) -> None:
-        """Write the fair-share checkpoint when due (``force``: whenever it changed, as on a clean stop)."""
+        """As the leader: write the fair-share checkpoint when due (``force``: whenever it changed, as on
+        a clean stop), after starting the history again from the store where that is wanted."""
         checkpoint = self.checkpoint
         if checkpoint is None or not checkpoint.restored:
             return
-        if not (checkpoint.due(self.history.changes) or (force and checkpoint.changed(self.history.changes))):
+        if checkpoint.reload_due():
+            self._reload_history(checkpoint, now)
+        changes = self.history.changes
+        if not (checkpoint.due(changes) or (force and checkpoint.changed(changes))):
             return
-        if checkpoint.save(self.history, now, self.history.changes):
+        stale = self.informers["pods"].staleness_s
+        if checkpoint.save(self.history, now, changes, stale_s=stale):
             self.stats.add("checkpoint_saves")
         else:
             self.stats.add("checkpoint_failures")
+
+    def _reload_history(self, checkpoint: UsageCheckpoint, now: float) -> None:
+        """Start the history again from the store, then charge what the store does not hold.
+
+        A replica that has just become leader kept its own history from its start; the last leader
+        may have charged pods since that this replica never saw end (removed before it looked). What
+        the store holds plus the pods still in the API is the whole of what is known, so writing the
+        replica's own history over the store would lose usage. On failure the current history stays
+        and no write is made until a read succeeds (the next try waits the backoff).
+        """
+        fresh = JobHistory(self.history.usage.half_life_s, self.history.history_jobs)
+        if checkpoint.read_into(fresh, now) != "read":
+            self.stats.add("checkpoint_failures")
+            return
+        self.history = fresh
+        self._charge(now)
+        checkpoint.reloaded()
+        log.info("fair-share history started again from ConfigMap %s", checkpoint.configmap)
 
     def lead(self) -> bool:
         """True when this replica holds the lease now (trying to take or renew it unless a thread does;
@@ -352,6 +375,8 @@ class KubeCluster:
         leading = leading or self.lease.acquire_or_renew()
         if leading and not self._was_leader:
             leading = self._fresh_list()
+            if leading and self.checkpoint is not None and self.checkpoint.restored:
+                self.checkpoint.reload_wanted = True  # the last leader may have written since this read
         if leading != self._was_leader:
             self._was_leader = leading
             self.stats.emit("leader", float(leading))

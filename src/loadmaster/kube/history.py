@@ -24,7 +24,8 @@ the informers cache, each pod charged once, by its UID:
 Every replica keeps the ledger in memory; the leader also writes it to a ConfigMap, which a
 replica reads before its first charge (``kube/checkpoint.py``: :meth:`JobHistory.saved` and
 :meth:`JobHistory.restore`). What the checkpoint holds is named by a watermark (pods that ended by
-then) and the UIDs of the pods and runs that ended after it, so the finished pods still in the API
+then, by their containers' ``finishedAt``) and the UIDs of the pods and runs that ended after it
+or whose end was read from conditions (which can move), so the finished pods still in the API
 (Kubernetes keeps them until a Job's ``ttlSecondsAfterFinished`` or the pod garbage collector
 removes them) are charged once, and those that ended after the save are charged. Without a
 checkpoint, a restarted replica charges the finished pods still in the API at their own end
@@ -111,12 +112,13 @@ class JobHistory:
         """The time limits of the jobs of ``recent_runtimes``, in the same order."""
         self._running: dict[str, _PodRun] = {}
         """Pods seen started and not ended, by UID."""
-        self._charged: dict[str, float] = {}
+        self._charged: dict[str, tuple[float, bool]] = {}
         """UID -> end of each ended pod already charged (or found not chargeable: the time it was seen)
-        that is still cached."""
-        self._recorded: dict[str, tuple[frozenset[str], float]] = {}
-        """Job id -> the UIDs of the succeeded run put in the history (a later run has new UIDs), and
-        its end."""
+        that is still cached, and whether that end is firm (its containers' finishedAt, or nothing was
+        charged): a checkpoint names the others whatever their end."""
+        self._recorded: dict[str, tuple[frozenset[str], float, bool]] = {}
+        """Job id -> the UIDs of the succeeded run put in the history (a later run has new UIDs), its
+        end, and whether that end is every pod's containers' finishedAt (which cannot move)."""
         self.watermark_s = -math.inf
         """Restored from a checkpoint (:meth:`restore`): pods and runs that ended at or before this are
         in the restored numbers already."""
@@ -158,14 +160,19 @@ class JobHistory:
             ended.add(uid)
             if uid in self._charged:
                 continue
-            end = _ended_s(pod)
-            if end is not None and end <= self.watermark_s:
-                self._charged[uid] = end  # charged before the checkpoint this history was restored from
+            finished = _finished_at(pod)
+            if finished is not None and finished <= self.watermark_s:
+                self._charged[uid] = (finished, True)  # charged before the checkpoint restored
                 continue
+            end = finished if finished is not None else _conditions_end(pod)
             if end is None and run is not None:
                 end = now  # seen running: it ended since
-            self._charged[uid] = now if end is None else end  # charged now, or never: nothing says when
             run = run or self._read(pod, uid, nodes or {}, requests)
+            charged = run is not None and end is not None
+            # Charged now, or never (nothing says when it ended). An end read from anything but the
+            # containers' finishedAt can move later (a condition added), so such a pod is named in a
+            # checkpoint whatever its end: the watermark alone would not keep a successor from it.
+            self._charged[uid] = (now if end is None else end, finished is not None or not charged)
             if run is not None and end is not None:
                 charges.append(_Charge(run, end, tr.phase_of(pod)))
         charges += [
@@ -178,7 +185,7 @@ class JobHistory:
             self._charge(charge)
         self._history(jobs, default_time_limit_s)
         self._running = running
-        self._charged = {uid: end for uid, end in self._charged.items() if uid in ended}
+        self._charged = {uid: kept for uid, kept in self._charged.items() if uid in ended}
         self._unreadable &= {_uid(p) for members in jobs.values() for p in members}
         if charges:  # one line a step (a restart may charge thousands of finished pods at once)
             log.info(
@@ -200,8 +207,12 @@ class JobHistory:
         return SavedHistory(
             past=self.past(now),
             watermark_s=watermark,
-            charged=frozenset(uid for uid, end in self._charged.items() if end > watermark),
-            recorded={job: uids for job, (uids, end) in self._recorded.items() if end > watermark},
+            charged=frozenset(
+                uid for uid, (end, firm) in self._charged.items() if end > watermark or not firm
+            ),
+            recorded={
+                job: uids for job, (uids, end, firm) in self._recorded.items() if end > watermark or not firm
+            },
         )
 
     def past(self, now: float) -> PastUsage:
@@ -222,8 +233,8 @@ class JobHistory:
         keep = self.history_jobs
         self.recent_runtimes = {u: tuple(r)[-keep:] for u, r in past.recent_runtimes_s.items()}
         self.recent_limits = {u: tuple(r)[-keep:] for u, r in past.recent_limits_s.items()}
-        self._charged = dict.fromkeys(saved.charged, past.as_of_s)
-        self._recorded = {job: (uids, past.as_of_s) for job, uids in saved.recorded.items()}
+        self._charged = dict.fromkeys(saved.charged, (past.as_of_s, False))
+        self._recorded = {job: (uids, past.as_of_s, False) for job, uids in saved.recorded.items()}
         self.watermark_s = saved.watermark_s
         self.changes += 1
 
@@ -283,8 +294,9 @@ class JobHistory:
                 continue  # no end to read: no run time to keep
             start = min(tr.timestamp_s(p["status"]["startTime"]) for p in members)
             end = max(e for e in ends if e is not None)
-            self._recorded[job_id] = (uids, end)
-            if end <= self.watermark_s:
+            firm = all(_finished_at(p) is not None for p in members)
+            self._recorded[job_id] = (uids, end, firm)
+            if firm and end <= self.watermark_s:
                 continue  # in the restored history already
             first = min(members, key=lambda p: str(p["metadata"]["name"]))
             limit = float(first.get("spec", {}).get("activeDeadlineSeconds") or default_time_limit_s)
@@ -305,13 +317,25 @@ def _uid(pod: tr.Obj) -> str:
 def _ended_s(pod: tr.Obj) -> float | None:
     """When a terminal pod ended: its containers' latest ``finishedAt``, else its conditions' latest
     ``lastTransitionTime`` (Ready turns False when it ends), else None."""
-    status = pod.get("status", {})
+    finished = _finished_at(pod)
+    return finished if finished is not None else _conditions_end(pod)
+
+
+def _finished_at(pod: tr.Obj) -> float | None:
+    """Its containers' latest ``state.terminated.finishedAt`` (set once, by the kubelet), else None."""
     ends = [
         tr.timestamp_s(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-        for s in status.get("containerStatuses") or ()
+        for s in pod.get("status", {}).get("containerStatuses") or ()
     ]
-    if not any(e > 0 for e in ends):
-        ends = [tr.timestamp_s(c.get("lastTransitionTime")) for c in status.get("conditions") or ()]
+    known = [e for e in ends if e > 0]
+    return max(known) if known else None
+
+
+def _conditions_end(pod: tr.Obj) -> float | None:
+    """Its conditions' latest ``lastTransitionTime``, else None (a later condition can move it)."""
+    ends = [
+        tr.timestamp_s(c.get("lastTransitionTime")) for c in pod.get("status", {}).get("conditions") or ()
+    ]
     known = [e for e in ends if e > 0]
     return max(known) if known else None
 
