@@ -19,6 +19,7 @@ from loadmaster.kube.api import api_client
 from loadmaster.kube.queues import load_profile, plugin_args_from
 from loadmaster.kube.translate import utc_stamp
 from loadmaster.model.usage import HALF_LIFE_S
+from loadmaster.traces.replay import ReplayReport, replay_time
 from loadmaster.traces.trace import read_parquet
 from loadmaster_testing.kube_api import KubeApiDouble
 
@@ -218,3 +219,15 @@ def test_a_bad_past_usage_file_is_named(tmp_path: Path) -> None:
     path.write_text("{}")
     with pytest.raises(ConfigError, match=r"usage.json: kind: expected 'loadmaster/past-usage', got None"):
         load_past_usage(path)
+    path.write_text('{"format": 1, "kind": "loadmaster/past-usage", "as_of_s": 1700000000}')
+    with pytest.raises(ConfigError, match=r"as_of_s: seconds from the trace's first submission.*Unix time\?"):
+        load_past_usage(path)
+    path.write_bytes(b"\xff\xfe{")
+    with pytest.raises(ConfigError, match=r"usage.json: not a text file"):
+        load_past_usage(path)
+
+
+def test_past_usage_follows_the_replays_time() -> None:
+    """A replay starts at its first replayed job and may scale the gaps: as_of_s moves with it."""
+    report = ReplayReport(origin_s=100.0, time_factor=0.5)
+    assert replay_time(report, 700.0) == 300.0

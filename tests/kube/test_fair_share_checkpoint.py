@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from kube.helpers import Clock, a_node, wait_synced
 from kube.test_fair_share_history import finished_pod, waiting_pod
@@ -148,7 +149,20 @@ def test_no_scheduling_until_the_checkpoint_is_read(api: KubeApiDouble, clock: C
     replica.start()
     try:
         wait_synced(replica, api.rv)
-        api.fail_next(1)  # the read answers 500
+        checkpoint = replica.checkpoint
+        assert checkpoint is not None
+        read = checkpoint.core.read_namespaced_config_map
+        answers = iter([ApiException(status=500, reason="Internal Server Error")])
+
+        def failing_once(*args: Any, **kwargs: Any) -> Any:
+            # The double's fail_next would fail whichever request comes first (a watch, the Lease):
+            # this fails the ConfigMap read alone, as the API server's 500 would reach it.
+            failure = next(answers, None)
+            if failure is not None:
+                raise failure
+            return read(*args, **kwargs)
+
+        checkpoint.core.read_namespaced_config_map = failing_once  # type: ignore[method-assign]
         report = replica.step()
         assert "fair-share usage not read yet" in report.waiting["*"]
         assert api.bindings == [] and replica.checkpoint is not None and not replica.checkpoint.restored
@@ -169,7 +183,10 @@ def test_a_write_that_conflicts_is_made_again_on_the_new_version(api: KubeApiDou
         assert checkpoint is not None and checkpoint.saves == 1
         other = api.get("configmaps", CONFIGMAP)
         assert other is not None
-        api.replace("configmaps", CONFIGMAP, other)  # another writer: a new resourceVersion
+        ledger = json.loads(other["data"][DATA_KEY])
+        ledger["usage_gpu_s"]["user/team-z"] = 1000.0  # another writer's ledger
+        other["data"][DATA_KEY] = json.dumps(ledger)
+        api.replace("configmaps", CONFIGMAP, other)
         # It ends now (a pod is in the API from its creation; its end arrives with the kubelet's update).
         api.create("pods", finished_pod("done", "team-a", clock.now - 7200, clock.now))
         wait_synced(replica, api.rv)
@@ -183,7 +200,7 @@ def test_a_write_that_conflicts_is_made_again_on_the_new_version(api: KubeApiDou
         assert (checkpoint.saves, checkpoint.failures) == (2, 1) and not checkpoint.reload_wanted
     finally:
         replica.stop()
-    assert "user/team-a" in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]
+    assert json.loads(stored(api)[DATA_KEY])["usage_gpu_s"].keys() >= {"user/team-a", "user/team-z"}
 
 
 def test_the_leader_writes_at_most_every_interval_and_on_a_clean_stop(
@@ -258,4 +275,27 @@ def test_a_new_leader_keeps_what_the_last_one_charged_after_the_follower_read(
     assert report.view is not None
     expected = decayed(8 * 3600.0, clock.now - ended)  # 8 GPUs for an hour
     assert report.view.snapshot.usage_gpu_s["user/team-a"] == pytest.approx(expected)
+    assert "user/team-a" in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]
+
+
+def test_a_new_leader_finding_no_ledger_writes_its_own(api: KubeApiDouble, clock: Clock) -> None:
+    """The store was deleted (or set aside as unreadable) while B followed: B keeps what it charged
+    and writes it, rather than starting from nothing."""
+    api.create("nodes", a_node("n0", gpus=8))
+    api.create("pods", finished_pod("done", "team-a", clock.now - 7200, clock.now - 3600))
+    a, b = a_replica(api, clock, "a"), a_replica(api, clock, "b")
+    for replica in (a, b):
+        replica.start()
+    try:
+        wait_synced(a, api.rv)
+        a.step()
+        wait_synced(b, api.rv)
+        b.step()
+        a.stop()
+        api.delete("configmaps", CONFIGMAP)
+        report = step_as_leader(b, clock)
+    finally:
+        b.stop()
+        a.stop()
+    assert report.view is not None and report.view.snapshot.usage_gpu_s["user/team-a"] > 0
     assert "user/team-a" in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]

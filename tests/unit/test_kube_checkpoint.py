@@ -295,13 +295,13 @@ def test_a_checkpoint_from_the_future_is_set_aside_and_a_little_ahead_is_read_as
     core = FakeCore(stored_checkpoint(far))
     checkpoint = with_core(core)
     fresh = JobHistory()
-    assert checkpoint.read_into(fresh, T0 + 200) == "read"
+    assert checkpoint.read_into(fresh, T0 + 200) == "empty"
     assert dict(fresh.usage.view(T0 + 200)) == {}
     assert checkpoint.kept[f"unreadable.{int(T0 + 200)}.usage.json"] == far
     near = render(history.saved(T0 + 3_600, GRACE_S))  # the writer's clock an hour ahead
     checkpoint = with_core(FakeCore(stored_checkpoint(near)))
     fresh = JobHistory()
-    assert checkpoint.read_into(fresh, T0 + 200) == "read"
+    assert checkpoint.read_into(fresh, T0 + 200) == "restored"
     assert fresh.usage.value("user/team-a", T0 + 200) == pytest.approx(
         history.usage.value("user/team-a", T0 + 3_600)
     )
@@ -331,7 +331,7 @@ def test_a_forbidden_read_is_tried_again_and_a_later_grant_takes_effect() -> Non
     ticks.now = 1.0
     assert checkpoint.reload_due() and checkpoint.read_into(JobHistory(), T0) == "forbidden"
     ticks.now = 3.0
-    assert checkpoint.read_into(JobHistory(), T0) == "read"
+    assert checkpoint.read_into(JobHistory(), T0) == "restored"
     checkpoint.reloaded()
     assert checkpoint.due(1) and checkpoint.failures == 2
 
@@ -349,3 +349,29 @@ def test_the_metrics_count_writes_and_failures_and_stamp_the_last_write() -> Non
     assert samples[("loadmaster_fairshare_checkpoint_writes_total", "written")] == 3
     assert samples[("loadmaster_fairshare_checkpoint_writes_total", "failed")] == 1
     assert samples[("loadmaster_fairshare_checkpoint_last_write_timestamp_seconds", None)] == T0 + 60
+
+
+def test_an_outside_edit_of_the_metadata_is_not_another_ledger() -> None:
+    """``kubectl label`` between two writes: the 409 is answered by taking the new version, the
+    labels and keys, and writing again at once; the ledger is not read back."""
+    core, ticks = FakeCore(), Ticks()
+    checkpoint = with_core(core, clock=ticks, every_s=60)
+    history = charged_history(ran("a", 1, end=T0 + 10, phase="Succeeded"), now=T0 + 20)
+    checkpoint.restored = True
+    assert checkpoint.save(history, T0 + 20, 1)
+    assert core.stored is not None
+    core.stored["metadata"]["labels"]["owner"] = "platform"  # someone labels it: a new version
+    core.version += 1
+    core.stored["metadata"]["resourceVersion"] = str(core.version)
+    checkpoint._next_try_s = 0.0  # due again
+    core.errors = [409]  # the write at the old version
+    assert not checkpoint.save(history, T0 + 30, 2)
+    assert not checkpoint.reload_wanted and checkpoint.due(2)
+    assert checkpoint.save(history, T0 + 30, 2)
+    assert core.stored["metadata"]["labels"]["owner"] == "platform"
+    core.stored["data"]["usage.json"] = "{}"  # now another writer's ledger: read it back first
+    core.version += 1
+    core.stored["metadata"]["resourceVersion"] = str(core.version)
+    checkpoint._next_try_s = 0.0
+    core.errors = [409]
+    assert not checkpoint.save(history, T0 + 40, 3) and checkpoint.reload_wanted

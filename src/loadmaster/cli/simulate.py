@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -29,6 +30,7 @@ from loadmaster.errors import ConfigError
 from loadmaster.experiment import ProfileRun, compare, context, output_helpers, write_outputs
 from loadmaster.model.usage import PastUsage
 from loadmaster.scheduling import PLUGINS, Profile
+from loadmaster.traces.replay import replay_time
 
 DEFAULT_PROFILES = "kube-default,fifo,sds,nsml,slurm,fair"
 
@@ -107,6 +109,8 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
         for line in spec_workload.replay.lines() if spec_workload.replay else ():
             console.print(line, markup=False, highlight=False)
         past = load_past_usage(past_usage) if past_usage is not None else None
+        if past is not None and spec_workload.replay is not None:  # trace time -> the replay's
+            past = replace(past, as_of_s=replay_time(spec_workload.replay, past.as_of_s))
         wanted = frozenset(explain or ())
         unknown = sorted(wanted - {t.job.id for t in spec_workload.jobs})
         if unknown:

@@ -30,21 +30,35 @@ from loadmaster.model.usage import PastUsage
 FORMAT = 1
 KIND = "loadmaster/past-usage"
 OWNER_PREFIXES = ("user/", "group/")
+MAX_AS_OF_S = 365 * 86_400.0
+"""Latest ``as_of_s`` read: a run starts at 0, and usage taken back from far later would be worth
+2^(years / half-life) times more there (or overflow)."""
 
 
 def load_past_usage(path: Path) -> PastUsage:
     """The file at ``path``; :class:`ConfigError` naming the file and the field at fault."""
     source = str(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, "", f"not a text file (byte {exc.start}: {exc.reason})") from None
     raw = json_object(text, source)
     if raw.get("kind") != KIND:
         raise ConfigError(source, "kind", f"expected {KIND!r}, got {raw.get('kind')!r}")
     if raw.get("format") != FORMAT:
         raise ConfigError(source, "format", f"expected {FORMAT}, got {raw.get('format')!r}")
-    return past_usage_from(raw, source, as_of="as_of_s")
+    past = past_usage_from(raw, source, as_of="as_of_s")
+    if not 0 <= past.as_of_s <= MAX_AS_OF_S:
+        raise ConfigError(
+            source,
+            "as_of_s",
+            f"seconds from the trace's first submission, 0 to {MAX_AS_OF_S:.0f} (a year); got "
+            f"{past.as_of_s:.0f}"
+            + (" (Unix time? kube snapshot writes trace time)" if past.as_of_s > 1e9 else ""),
+        )
+    return past
 
 
 def render_past_usage(past: PastUsage) -> str:

@@ -11,7 +11,8 @@ the LocalQueue's status. Here the leader writes the history to one ConfigMap
 :data:`SAVE_EVERY_S` when it changed, and on a clean stop; every replica reads
 it before it charges anything, and a replica that becomes leader reads it
 again and starts its history from it (the last leader may have charged pods
-this replica never saw end) before it writes.
+this replica never saw end) before it writes; where the store holds no
+ledger, it keeps its own.
 
 What is written (JSON, ``format`` 1): the decayed usage per user and group as
 of ``saved_at``, each user's recent run times and limits, and which ended pods
@@ -31,8 +32,10 @@ starts empty and the text is kept in the ConfigMap under
 there is kept: nothing stored is lost. A failed read keeps the replica from
 scheduling (its priorities would be wrong) and is tried again at the next
 step; a 403 (RBAC) is an error that lets it go on without the store while
-the leader keeps trying. A write refused with a conflict (another replica
-wrote since) reads the store again before the next write; every failure
+the leader keeps trying. A write refused with a conflict is read back: if
+its ledger is still the one this replica wrote (someone changed a label or a
+key), the write is made again at once, keeping them; otherwise another
+replica wrote since, and the history starts again from the store; every failure
 waits a doubling backoff up to :data:`SAVE_EVERY_S` and counts in
 ``failures``.
 """
@@ -64,8 +67,10 @@ DATA_KEY = "usage.json"
 UNREADABLE_PREFIX = "unreadable."
 """A checkpoint that could not be read is kept under ``unreadable.<unix time>.usage.json``."""
 FORMAT = 1
-SAVE_EVERY_S = 60.0
-"""Most often the leader writes (Slurm saves its state every few minutes; fair share moves in hours)."""
+SAVE_EVERY_S = 15.0
+"""Most often the leader writes: what ended since its last write and was removed from the API is lost
+when it goes, so writes are frequent (four small writes a minute at most; the Lease is renewed every
+2 s)."""
 END_GRACE_S = 300.0
 """How long after a pod's end the informers are trusted to have shown it (the watermark's lag)."""
 MAX_AHEAD_S = 86_400.0
@@ -75,9 +80,10 @@ MAX_BYTES = 900 * 1024
 """Largest checkpoint written: a ConfigMap holds at most 1 MiB (etcd's object limit)."""
 FIRST_RETRY_S = 1.0
 
-Outcome = Literal["read", "forbidden", "failed"]
-"""What a read came to: ``read`` (restored, or nothing stored, or set aside as unreadable: the
-history starts from what was stored), ``forbidden`` (403), ``failed`` (the API could not answer)."""
+Outcome = Literal["restored", "empty", "forbidden", "failed"]
+"""What a read came to: ``restored`` (the history now starts from the store), ``empty`` (nothing
+usable stored: none, no key, or set aside as unreadable), ``forbidden`` (403), ``failed`` (the API
+could not answer)."""
 
 
 @dataclass
@@ -113,6 +119,9 @@ class UsageCheckpoint:
         self.failures = 0
         """Reads and writes that failed (each logged, and retried)."""
         self.last_saved_at_s: float | None = None
+        self._written_text: str | None = None
+        """The ``usage.json`` this replica last read or wrote: a conflict leaving it unchanged was
+        someone else's edit of the metadata, not another ledger."""
         self._saved_marker: object = None
         self._next_try_s = -math.inf
         self._retry_s = FIRST_RETRY_S
@@ -129,6 +138,8 @@ class UsageCheckpoint:
         outcome = self.read_into(history, now)
         if outcome == "failed":
             return False
+        if outcome == "empty":
+            log.info("fair-share usage starts empty", extra={"configmap": self.configmap})
         self.restored = True
         self.reload_wanted = outcome == "forbidden"
         return True
@@ -149,24 +160,24 @@ class UsageCheckpoint:
             return "failed"
         self._retry_s = FIRST_RETRY_S
         if found is None:
-            log.info("no fair-share checkpoint ConfigMap %s yet: usage starts empty", self.configmap)
-            return "read"
+            log.info("no fair-share checkpoint ConfigMap %s yet", self.configmap)
+            return "empty"
         data = dict(found.get("data") or {})
         text = data.pop(DATA_KEY, None)
         self.kept = data
         metadata = found.get("metadata") or {}
         self.meta = {k: dict(metadata[k]) for k in ("labels", "annotations") if metadata.get(k)}
         if text is None:
-            log.info("fair-share checkpoint %s holds no %s yet: usage starts empty", self.configmap, DATA_KEY)
-            return "read"
+            log.info("fair-share checkpoint %s holds no %s yet", self.configmap, DATA_KEY)
+            return "empty"
         try:
             where = f"ConfigMap {self.configmap}, key {DATA_KEY}"
             saved = _as_of_now(parse(text, where), now, where)
         except ConfigError as exc:
             aside = f"{UNREADABLE_PREFIX}{int(now)}.{DATA_KEY}"
             self.kept[aside] = text
-            log.error("%s; fair-share usage starts empty (the text is kept under %s)", exc, aside)
-            return "read"
+            log.error("%s; it is not read (the text is kept under %s)", exc, aside)
+            return "empty"
         history.restore(saved)
         log.info(
             "fair-share usage restored from ConfigMap %s: %d users and groups, saved at %s",
@@ -175,7 +186,8 @@ class UsageCheckpoint:
             tr.utc_stamp(saved.past.as_of_s),
             extra={"owners": len(saved.past.usage_gpu_s), "saved_at": saved.past.as_of_s},
         )
-        return "read"
+        self._written_text = text
+        return "restored"
 
     def reload_due(self) -> bool:
         """True when the leader should start its history again from the store now (see ``reload_wanted``)."""
@@ -231,9 +243,8 @@ class UsageCheckpoint:
                     _request_timeout=REQUEST_TIMEOUT_S,
                 )
         except ApiException as exc:
-            if exc.status == 409:  # another replica wrote (or created it) since: start again from its
-                self.reload_wanted = True
-                self._failed(exc, "write", why="someone wrote it since; reading it again first")
+            if exc.status == 409:
+                self._after_conflict(exc)
             elif exc.status == 404 and self.version is not None:  # deleted while running: create it anew
                 self.version = None
                 self._failed(exc, "write", why="it was deleted; creating it again")
@@ -247,6 +258,7 @@ class UsageCheckpoint:
             return False
         answer = json.loads(written.data)  # type: ignore[arg-type]  # raw answer
         self.version = str(answer.get("metadata", {}).get("resourceVersion"))
+        self._written_text = (body.data or {}).get(DATA_KEY)
         self.saves += 1
         self.last_saved_at_s = now
         self._saved_marker = marker
@@ -275,6 +287,32 @@ class UsageCheckpoint:
             resource_version=self.version,
         )
         return client.V1ConfigMap(api_version="v1", kind="ConfigMap", metadata=metadata, data=data)
+
+    def _after_conflict(self, exc: ApiException) -> None:
+        """A write refused with 409: someone changed the ConfigMap since this replica read or wrote it.
+
+        Where its ``usage.json`` is still the text this replica last wrote, the change was someone
+        else's label, annotation or key (``kubectl label``, a GitOps tool): take the new version and
+        what it holds, and write again. Otherwise another replica wrote the ledger: read it again
+        and start from it before writing (``reload_wanted``).
+        """
+        try:
+            found = self._read()
+        except ApiFailure as again:
+            self.reload_wanted = True
+            self._failed(again, "read", why="after a conflicting write; reading it again first")
+            return
+        data = dict((found or {}).get("data") or {})
+        if found is not None and data.get(DATA_KEY) == self._written_text:
+            data.pop(DATA_KEY, None)
+            self.kept = data
+            metadata = found.get("metadata") or {}
+            self.meta = {k: dict(metadata[k]) for k in ("labels", "annotations") if metadata.get(k)}
+            self._failed(exc, "write", why="changed by someone else (its ledger untouched); writing again")
+            self._next_try_s = self.clock()  # at once: nothing is wrong with the ledger
+            return
+        self.reload_wanted = True
+        self._failed(exc, "write", why="another replica wrote it since; reading it again first")
 
     def _failed(self, exc: BaseException, what: str, *, level: int = logging.WARNING, why: str = "") -> None:
         """Count and log a failed read or write; the next try waits a doubling backoff (up to ``every_s``)."""

@@ -189,6 +189,8 @@ class KubeCluster:
         self.history = history if history is not None else JobHistory()
         """Fair-share usage and run-time history of the jobs that ended, kept by every replica; with a
         checkpoint, a replica that becomes leader starts it again from the store first."""
+        self._history_epoch = 0
+        """How many times the history was started again from the checkpoint (part of its change mark)."""
         self.checkpoint = checkpoint
         """Where the history is kept across restarts: read before the first charge, written by the
         leader (None: in memory only)."""
@@ -213,7 +215,7 @@ class KubeCluster:
 
     def stop(self) -> None:
         """Stop watching and renewing; a leader writes its fair-share checkpoint first (a clean stop)."""
-        if self._was_leader and self.lease.holds_now():
+        if self._was_leader and self.lease.holds_now() and self._cache_trusted() is None:
             try:
                 self.save_checkpoint(self.clock(), force=True)
             except Exception:  # stopping goes on: the last periodic checkpoint stays
@@ -339,7 +341,7 @@ class KubeCluster:
             return
         if checkpoint.reload_due():
             self._reload_history(checkpoint, now)
-        changes = self.history.changes
+        changes = (self._history_epoch, self.history.changes)  # a history started again counts anew
         if not (checkpoint.due(changes) or (force and checkpoint.changed(changes))):
             return
         stale = self.informers["pods"].staleness_s
@@ -358,12 +360,20 @@ class KubeCluster:
         and no write is made until a read succeeds (the next try waits the backoff).
         """
         fresh = JobHistory(self.history.usage.half_life_s, self.history.history_jobs)
-        if checkpoint.read_into(fresh, now) != "read":
+        outcome = checkpoint.read_into(fresh, now)
+        if outcome in {"forbidden", "failed"}:
             self.stats.add("checkpoint_failures")
             return
-        self.history = fresh
-        self._charge(now)
         checkpoint.reloaded()
+        if outcome == "empty":  # nothing usable stored (deleted, or set aside): this history is all there is
+            log.warning(
+                "fair-share checkpoint ConfigMap %s holds no ledger: writing this replica's own",
+                checkpoint.configmap,
+            )
+            return
+        self.history = fresh
+        self._history_epoch += 1
+        self._charge(now)
         log.info("fair-share history started again from ConfigMap %s", checkpoint.configmap)
 
     def lead(self) -> bool:

@@ -33,7 +33,7 @@ series                                                  type       labels
                                                                    (and failed reads) of the fair-share
                                                                    checkpoint ConfigMap
 ``loadmaster_fairshare_checkpoint_last_write_timestamp_seconds``
-                                                        gauge      when this replica last wrote it (absent
+                                                        gauge      when this replica last wrote it (0
                                                                    until it has)
 ``process_*``                                           (process)  resident memory, CPU, open files
 ======================================================  =========  =======================================
@@ -168,7 +168,7 @@ class SchedulerMetrics:
         self.checkpoint_writes = Counter(
             "loadmaster_fairshare_checkpoint_writes",
             "Writes of the fair-share checkpoint ConfigMap by this replica, by result ('failed' counts "
-            "failed reads too): the leader writes at most once a minute when usage changed.",
+            "failed reads too): the leader writes at most every 15 s when usage changed.",
             ["result"],
             registry=r,
         )
@@ -177,6 +177,8 @@ class SchedulerMetrics:
             "Unix time of this replica's last write of the fair-share checkpoint ConfigMap.",
             registry=r,
         )
+        for result in ("written", "failed"):  # both exported from the start, so alerts can compare them
+            self.checkpoint_writes.labels(result)
         self._checkpoint_counts = (0, 0)
         ProcessCollector(registry=r)
         for queue in ("active", "backoff", "unschedulable", "gated"):

@@ -137,6 +137,8 @@ class ReplayReport:
     """With ``scale="sample"``: the number of replayable rows the jobs were drawn from."""
     offered_load: float | None = None
     """Offered load of the jobs on the cluster; None with fewer than two distinct submit times."""
+    origin_s: float = 0.0
+    """The trace time (its ``submit_s``) that became the replay's time 0: the first replayed job's."""
     run_time_from_limit: int = 0
     """Rows without a run time that run for their time limit (:data:`UNKNOWN_RUN_TIME_KEY`)."""
 
@@ -192,6 +194,11 @@ class _Rows:
         return int(self.submit_s.size)
 
 
+def replay_time(report: ReplayReport, trace_s: float) -> float:
+    """The replay's time of the trace's time ``trace_s`` (shifted to the first job, gaps scaled)."""
+    return (trace_s - report.origin_s) * report.time_factor
+
+
 def trace_capacity_gpus(trace: Trace) -> int | None:
     """GPUs of the cluster the trace was recorded on, from its metadata (:data:`CAPACITY_KEYS`)."""
     for key in CAPACITY_KEYS:
@@ -218,6 +225,7 @@ def replay(trace: Trace, nodes: NodeTable, options: ReplayOptions | None = None)
         rows = _sample(rows, report, options.seed)
     report.time_factor = _time_factor(rows, report, options)
     start = float(rows.submit_s.min()) if len(rows) else 0.0
+    report.origin_s = start
     submit = (rows.submit_s - start) * report.time_factor
     jobs = _jobs(rows, submit, options)
     report.jobs = len(jobs)
