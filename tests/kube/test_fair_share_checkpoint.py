@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -46,6 +48,19 @@ def a_replica(api: KubeApiDouble, clock: Clock, name: str, **checkpoint: Any) ->
     )
 
 
+@contextmanager
+def replicas(api: KubeApiDouble, clock: Clock, *names: str, **checkpoint: Any) -> Iterator[list[KubeCluster]]:
+    """Replicas named ``names``, started; stopped at the end (stopping one twice is harmless)."""
+    made = [a_replica(api, clock, name, **checkpoint) for name in names]
+    for replica in made:
+        replica.start()
+    try:
+        yield made
+    finally:
+        for replica in reversed(made):
+            replica.stop()
+
+
 def step_as_leader(replica: KubeCluster, clock: Clock) -> StepReport:
     """A step once ``replica`` leads: a new replica waits a lease duration from when it first saw the
     last holder's Lease (client-go's rule, :class:`LeaderElector`)."""
@@ -55,6 +70,13 @@ def step_as_leader(replica: KubeCluster, clock: Clock) -> StepReport:
         report = replica.step()
     assert report.leader
     return report
+
+
+def led_once(api: KubeApiDouble, clock: Clock, name: str) -> tuple[KubeCluster, StepReport]:
+    """A replica started, synced, stepped once as the leader and stopped (a clean stop writes)."""
+    with replicas(api, clock, name) as (replica,):
+        wait_synced(replica, api.rv)
+        return replica, step_as_leader(replica, clock)
 
 
 def stored(api: KubeApiDouble) -> dict[str, str]:
@@ -70,26 +92,14 @@ def test_usage_of_a_pod_already_removed_survives_a_restart(api: KubeApiDouble, c
     api.create("nodes", a_node("n0", gpus=8))
     now = clock.now
     api.create("pods", finished_pod("earlier", "team-a", now - 10 * 3600, now - 3600))
-    first = a_replica(api, clock, "a")
-    first.start()
-    try:
-        wait_synced(first, api.rv)
-        first.step()
-    finally:
-        first.stop()
+    led_once(api, clock, "a")
     saved = json.loads(stored(api)[DATA_KEY])
     assert saved["usage_gpu_s"]["user/team-a"] == pytest.approx(decayed(NINE_HOURS_ON_THE_NODE, 3600))
     api.delete("pods", "team-a/earlier", 0)  # the pod garbage collector took it
     clock.now += 600
     api.create("pods", waiting_pod("a2", "team-a", clock.now - 120))  # submitted first
     api.create("pods", waiting_pod("b1", "team-b", clock.now - 60))
-    second = a_replica(api, clock, "b")
-    second.start()
-    try:
-        wait_synced(second, api.rv)
-        report = step_as_leader(second, clock)
-    finally:
-        second.stop()
+    second, report = led_once(api, clock, "b")
     assert [key for key, _ in api.bindings] == ["team-b/b1"]
     assert report.view is not None
     usage = report.view.snapshot.usage_gpu_s
@@ -103,13 +113,7 @@ def test_a_finished_pod_still_in_the_api_is_not_charged_twice(api: KubeApiDouble
     ended = clock.now - 3600
     api.create("pods", finished_pod("earlier", "team-a", ended - 9 * 3600, ended))
     for name in ("a", "b"):
-        replica = a_replica(api, clock, name)
-        replica.start()
-        try:
-            wait_synced(replica, api.rv)
-            report = step_as_leader(replica, clock)
-        finally:
-            replica.stop()
+        _, report = led_once(api, clock, name)
         assert report.view is not None
         usage = report.view.snapshot.usage_gpu_s["user/team-a"]
         assert usage == pytest.approx(decayed(NINE_HOURS_ON_THE_NODE, clock.now - ended))
@@ -224,10 +228,7 @@ def test_the_leader_writes_at_most_every_interval_and_on_a_clean_stop(
 def test_a_follower_reads_the_checkpoint_and_writes_nothing(api: KubeApiDouble, clock: Clock) -> None:
     api.create("nodes", a_node("n0", gpus=8))
     api.create("pods", finished_pod("done", "team-a", clock.now - 7200, clock.now - 3600))
-    leader, follower = a_replica(api, clock, "a"), a_replica(api, clock, "b")
-    for replica in (leader, follower):
-        replica.start()
-    try:
+    with replicas(api, clock, "a", "b") as (leader, follower):
         wait_synced(leader, api.rv)
         leader.step()
         written = api.get("configmaps", CONFIGMAP)
@@ -239,9 +240,6 @@ def test_a_follower_reads_the_checkpoint_and_writes_nothing(api: KubeApiDouble, 
         again = api.get("configmaps", CONFIGMAP)
         assert again is not None
         assert again["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
-    finally:
-        follower.stop()
-        leader.stop()
 
 
 def test_a_new_leader_keeps_what_the_last_one_charged_after_the_follower_read(
@@ -251,10 +249,7 @@ def test_a_new_leader_keeps_what_the_last_one_charged_after_the_follower_read(
     (``ttlSecondsAfterFinished: 0``) and writes. B never saw that pod; when B leads, it starts again
     from the store before it writes, so the usage stays."""
     api.create("nodes", a_node("n0", gpus=8))
-    a, b = a_replica(api, clock, "a", every_s=0), a_replica(api, clock, "b", every_s=0)
-    for replica in (a, b):
-        replica.start()
-    try:
+    with replicas(api, clock, "a", "b", every_s=0) as (a, b):
         wait_synced(a, api.rv)
         assert a.step().leader  # creates the store, empty
         wait_synced(b, api.rv)
@@ -269,9 +264,6 @@ def test_a_new_leader_keeps_what_the_last_one_charged_after_the_follower_read(
         b.step()  # the pod is gone: B never saw it
         a.stop()
         report = step_as_leader(b, clock)
-    finally:
-        b.stop()
-        a.stop()
     assert report.view is not None
     expected = decayed(8 * 3600.0, clock.now - ended)  # 8 GPUs for an hour
     assert report.view.snapshot.usage_gpu_s["user/team-a"] == pytest.approx(expected)
@@ -283,10 +275,7 @@ def test_a_new_leader_finding_no_ledger_writes_its_own(api: KubeApiDouble, clock
     and writes it, rather than starting from nothing."""
     api.create("nodes", a_node("n0", gpus=8))
     api.create("pods", finished_pod("done", "team-a", clock.now - 7200, clock.now - 3600))
-    a, b = a_replica(api, clock, "a"), a_replica(api, clock, "b")
-    for replica in (a, b):
-        replica.start()
-    try:
+    with replicas(api, clock, "a", "b") as (a, b):
         wait_synced(a, api.rv)
         a.step()
         wait_synced(b, api.rv)
@@ -294,8 +283,5 @@ def test_a_new_leader_finding_no_ledger_writes_its_own(api: KubeApiDouble, clock
         a.stop()
         api.delete("configmaps", CONFIGMAP)
         report = step_as_leader(b, clock)
-    finally:
-        b.stop()
-        a.stop()
     assert report.view is not None and report.view.snapshot.usage_gpu_s["user/team-a"] > 0
     assert "user/team-a" in json.loads(stored(api)[DATA_KEY])["usage_gpu_s"]
