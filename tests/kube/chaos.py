@@ -11,8 +11,12 @@ enough for the lease to pass to the other replica mid-cycle.
 
 Invariants after every step: no node over-committed (Terminating pods
 count), no pod bound twice, no gang left partly bound well past its
-``scheduleTimeoutSeconds`` while a replica leads, and no exception from a
-scheduler step on valid objects (an exception fails the run by itself).
+``scheduleTimeoutSeconds`` while a replica leads, no exception from a
+scheduler step on valid objects (an exception fails the run by itself), and
+fair share neither lost nor inflated: the usage in the checkpoint the
+leaders write (every step that charged) never falls, decay aside, through
+crashes and changes of leader, and no replica's usage exceeds what the pods
+it scheduled can have used.
 
 Two scenarios. :class:`KubeChaos` runs the shipped ``priority`` profile,
 whose ``priority-preempt`` evicts only jobs that ran 600 s: the fake clock
@@ -30,6 +34,7 @@ Used by ``tests/kube/test_chaos.py`` (few examples, fixed seed) and
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -42,7 +47,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from kube.helpers import a_node, a_pod, a_pod_group
 from loadmaster.config import load_profiles
 from loadmaster.kube.api import LeaderElector, api_client
+from loadmaster.kube.checkpoint import DATA_KEY, DEFAULT_CHECKPOINT, UsageCheckpoint
 from loadmaster.kube.cluster import KubeCluster
+from loadmaster.kube.translate import timestamp_s as _epoch_s
+from loadmaster.model.usage import HALF_LIFE_S
 from loadmaster.scheduling import PluginSpec, Profile, Scheduler, build_profile
 from loadmaster_testing.kube_api import KubeApiDouble
 
@@ -138,6 +146,10 @@ class KubeChaos(RuleBasedStateMachine):
         self.victims: set[str] = set()
         """Pod keys a replica evicted (their pods may still be Terminating on their nodes)."""
         self.profile = chaos_profile(self.min_runtime_s)
+        self.started: dict[str, tuple[float, int]] = {}
+        """UID -> (start, GPUs) of every pod of ours a kubelet started (the double at its bind)."""
+        self.stored_usage: tuple[float, float] | None = None
+        """(usage, time) of the checkpoint's ``user/team-a`` when last read."""
         for name in NODE_NAMES[:2]:
             self.api.create("nodes", a_node(name, GPUS_PER_NODE))
 
@@ -166,7 +178,10 @@ class KubeChaos(RuleBasedStateMachine):
             client = api_client(host=self.url)
             lease = LeaderElector(client, name, clock=self.clock, monotonic=self.clock)
             scheduler = Scheduler(self.profile)
-            cluster = KubeCluster(client, scheduler, name, lease=lease, clock=self.clock, bind_workers=2)
+            checkpoint = UsageCheckpoint(client, clock=self.clock, every_s=0)
+            cluster = KubeCluster(
+                client, scheduler, name, lease=lease, clock=self.clock, bind_workers=2, checkpoint=checkpoint
+            )
             for informer in cluster.informers.values():
                 informer.backoff_s = 0.005
                 informer.max_backoff_s = 0.05
@@ -381,6 +396,7 @@ class KubeChaos(RuleBasedStateMachine):
         while not cluster.synced_to(self.api.rv) and time.monotonic() < deadline:
             time.sleep(0.005)
         report = cluster.step()
+        self._note_started()
         TALLY.scheduler_steps += 1
         TALLY.binds += len(report.bound)
         TALLY.evictions += len(report.evicted)
@@ -425,6 +441,37 @@ class KubeChaos(RuleBasedStateMachine):
         binds = Counter(key for key, _ in self.api.bindings)
         twice = {k: n for k, n in binds.items() if n > self.created[k]}
         assert not twice, f"bound more often than created: {twice}"
+
+    def _note_started(self) -> None:
+        """Every pod of ours a kubelet started, noted after each step too (a rule may bind a pod and a
+        later step in the same rule delete it)."""
+        for pod in self._pods():
+            start = (pod.get("status") or {}).get("startTime")
+            if start and pod["spec"].get("schedulerName") == "loadmaster":
+                self.started.setdefault(pod["metadata"]["uid"], (_epoch_s(start), pod_gpus(pod)))
+
+    @invariant()
+    def fair_share_neither_lost_nor_inflated(self) -> None:
+        now = self.clock.now
+        self._note_started()
+        most = sum(gpus * (now - start) for start, gpus in self.started.values())  # all ran until now
+        for name, cluster in self.replicas.items():
+            if cluster is not None:
+                used = cluster.history.usage.value("user/team-a", now)
+                assert used <= most * (1 + 1e-9) + 1e-6, f"replica {name} charged {used:.0f} > {most:.0f}"
+        found = self.api.get("configmaps", DEFAULT_CHECKPOINT)
+        if found is None:
+            return
+        ledger = json.loads(found["data"][DATA_KEY])
+        stored = ledger["usage_gpu_s"].get("user/team-a", 0.0) * 0.5 ** (
+            (now - ledger["saved_at"]) / HALF_LIFE_S
+        )
+        assert stored <= most * (1 + 1e-9) + 1e-6, f"checkpoint holds {stored:.0f} > {most:.0f}"
+        if self.stored_usage is not None:
+            last, at = self.stored_usage
+            floor = last * 0.5 ** ((now - at) / HALF_LIFE_S)
+            assert stored >= floor * (1 - 1e-9) - 1e-6, f"checkpoint usage fell: {floor:.0f} -> {stored:.0f}"
+        self.stored_usage = (stored, now)
 
     @invariant()
     def no_gang_partly_bound_past_its_timeout(self) -> None:
