@@ -162,11 +162,7 @@ class UsageCheckpoint:
         if found is None:
             log.info("no fair-share checkpoint ConfigMap %s yet", self.configmap)
             return "empty"
-        data = dict(found.get("data") or {})
-        text = data.pop(DATA_KEY, None)
-        self.kept = data
-        metadata = found.get("metadata") or {}
-        self.meta = {k: dict(metadata[k]) for k in ("labels", "annotations") if metadata.get(k)}
+        text = self._take_extras(found)
         if text is None:
             log.info("fair-share checkpoint %s holds no %s yet", self.configmap, DATA_KEY)
             return "empty"
@@ -188,6 +184,15 @@ class UsageCheckpoint:
         )
         self._written_text = text
         return "restored"
+
+    def _take_extras(self, found: tr.Obj) -> str | None:
+        """Keep the ConfigMap's other keys, labels and annotations (written back); its ledger text."""
+        data = dict(found.get("data") or {})
+        text = data.pop(DATA_KEY, None)
+        self.kept = data
+        metadata = found.get("metadata") or {}
+        self.meta = {k: dict(metadata[k]) for k in ("labels", "annotations") if metadata.get(k)}
+        return None if text is None else str(text)
 
     def reload_due(self) -> bool:
         """True when the leader should start its history again from the store now (see ``reload_wanted``)."""
@@ -302,12 +307,8 @@ class UsageCheckpoint:
             self.reload_wanted = True
             self._failed(again, "read", why="after a conflicting write; reading it again first")
             return
-        data = dict((found or {}).get("data") or {})
-        if found is not None and data.get(DATA_KEY) == self._written_text:
-            data.pop(DATA_KEY, None)
-            self.kept = data
-            metadata = found.get("metadata") or {}
-            self.meta = {k: dict(metadata[k]) for k in ("labels", "annotations") if metadata.get(k)}
+        if found is not None and (found.get("data") or {}).get(DATA_KEY) == self._written_text:
+            self._take_extras(found)
             self._failed(exc, "write", why="changed by someone else (its ledger untouched); writing again")
             self._next_try_s = self.clock()  # at once: nothing is wrong with the ledger
             return

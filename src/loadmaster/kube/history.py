@@ -227,12 +227,8 @@ class JobHistory:
         if self.observed:
             raise RuntimeError("a history is restored before it observes anything")
         past = saved.past
-        self.usage = UsageLedger(self.usage.half_life_s)
-        for key, gpu_s in past.usage_gpu_s.items():
-            self.usage.charge(key, gpu_s, past.as_of_s)
-        keep = self.history_jobs
-        self.recent_runtimes = {u: tuple(r)[-keep:] for u, r in past.recent_runtimes_s.items()}
-        self.recent_limits = {u: tuple(r)[-keep:] for u, r in past.recent_limits_s.items()}
+        self.usage = past.ledger(self.usage.half_life_s)
+        self.recent_runtimes, self.recent_limits = past.recent(self.history_jobs)
         self._charged = dict.fromkeys(saved.charged, (past.as_of_s, False))
         self._recorded = {job: (uids, past.as_of_s, False) for job, uids in saved.recorded.items()}
         self.watermark_s = saved.watermark_s

@@ -24,6 +24,20 @@ class PastUsage:
     recent_limits_s: Mapping[str, tuple[float, ...]]
     """The time limits of those runs, in the same order."""
 
+    def ledger(self, half_life_s: float) -> UsageLedger:
+        """A ledger holding this usage as of ``as_of_s``."""
+        ledger = UsageLedger(half_life_s)
+        for key, gpu_s in self.usage_gpu_s.items():
+            ledger.charge(key, gpu_s, self.as_of_s)
+        return ledger
+
+    def recent(self, keep: int) -> tuple[dict[str, tuple[float, ...]], dict[str, tuple[float, ...]]]:
+        """Each user's last ``keep`` run times and their limits."""
+        return (
+            {u: tuple(r)[-keep:] for u, r in self.recent_runtimes_s.items()},
+            {u: tuple(r)[-keep:] for u, r in self.recent_limits_s.items()},
+        )
+
 
 @dataclass(eq=False)
 class UsageLedger:

@@ -118,11 +118,8 @@ class SimCluster:
 
     def start_from(self, past: PastUsage) -> None:
         """Start with ``past``'s usage and run-time history (a replay of a live cluster)."""
-        for key, gpu_s in past.usage_gpu_s.items():
-            self.usage.charge(key, gpu_s, past.as_of_s)
-        keep = self.history_jobs
-        self.recent_runtimes.update((u, tuple(r)[-keep:]) for u, r in past.recent_runtimes_s.items())
-        self.recent_limits.update((u, tuple(r)[-keep:]) for u, r in past.recent_limits_s.items())
+        self.usage = past.ledger(self.usage.half_life_s)
+        self.recent_runtimes, self.recent_limits = past.recent(self.history_jobs)
 
     def account(self, running: RunningJob, now: float, finished: bool) -> float:
         """Charge a job's GPU-seconds to its user and group (fair share); return them.
