@@ -15,7 +15,7 @@ $(BIN)/python:
 # Every install is pinned by constraints.txt. The demo writes a report: the `report` extra. The
 # `fast` extra (numba) compiles the reservation search's count; $(COMPILE) compiles it now, into
 # numba's cache (about 6 s once), so that no run pays for it (docs/simulator.md, the eleventh round).
-COMPILE = $(BIN)/python -c 'from loadmaster.scheduling import scan_kernel; scan_kernel.FIRST_ROOMY.load()'
+COMPILE = $(BIN)/python -c 'from loadmaster.scheduling import scan_kernel; scan_kernel.KERNELS.load()'
 $(VENV)/.core: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[report,fast]'
 	$(COMPILE)

@@ -223,7 +223,7 @@ def load_compiled_count() -> float | None:
     if not scan_kernel.available():
         return None
     before = rss_mib()
-    scan_kernel.FIRST_ROOMY.load()
+    scan_kernel.KERNELS.load()
     return rss_mib() - before
 
 

@@ -78,23 +78,55 @@ class _Case:
                 found.append(time_s)
         return found
 
+    def rows(self) -> tuple[npt.NDArray[np.int64], ...]:
+        """The releases as a plan holds them (:class:`reservation.ReleasePlan`): rows of (node, GPU,
+        milli-GPU) and of (node, milli-CPU, MiB), release k owning rows ``upto[k]:upto[k + 1]``."""
+        nodes = len(self.allowed)
+        cells = nodes * self.gpus
+        gpu_rows: list[tuple[int, int, int]] = []
+        node_rows: list[tuple[int, int, int]] = []
+        gpu_upto, node_upto = [0], [0]
+        for k in range(1, len(self.released)):
+            step = (self.released[k] - self.released[k - 1]).tolist()
+            gpu_rows += [(c // self.gpus, c % self.gpus, step[c]) for c in range(cells) if step[c]]
+            node_rows += [(n, step[cells + n], step[cells + nodes + n]) for n in range(nodes)]
+            gpu_upto.append(len(gpu_rows))
+            node_upto.append(len(node_rows))
+        return (
+            np.array(gpu_rows, dtype=np.int64).reshape(-1, 3),
+            np.array(gpu_upto, dtype=np.int64),
+            np.array(node_rows, dtype=np.int64).reshape(-1, 3),
+            np.array(node_upto, dtype=np.int64),
+        )
+
     def walk(self, fn: Callable[..., tuple[float, int]]) -> list[float]:
-        """Every time ``fn`` stops at, asking again after each (as a search does when a placement fails)."""
+        """Every time ``fn`` stops at, asking again after each from the state there (as a search
+        does when a placement fails: its state has then passed the releases up to that time)."""
         found: list[float] = []
         after = -math.inf
         times = np.array(self.times, dtype=np.float64)
         asked = np.array(self.request, dtype=np.int64)
+        gpu_rows, gpu_upto, node_rows, node_upto = self.rows()
+        nodes = len(self.allowed)
+        held = [sorted({*(np.flatnonzero(row[: nodes * self.gpus]) // self.gpus).tolist(),
+                        *(np.flatnonzero(row[nodes * self.gpus :]) % nodes).tolist()})
+                for row in self.res_flat]  # fmt: skip
+        res_nodes = np.array([n for h in held for n in h], dtype=np.int64)
+        res_nodes_upto = np.cumsum([0, *map(len, held)]).astype(np.int64)
+        index = self.first
         while True:
+            base = self.base + self.released[index]
             time_s, upto = fn(
-                self.start, times, self.first, np.sort(self.res_ends), after, self.until, self.released,
-                self.base, self.res_starts, self.res_ends, self.res_flat, self.allowed, self.gpus, asked,
-                self.need, self.run_s,
+                self.start, times, self.first, np.sort(self.res_ends), after, self.until, gpu_rows,
+                gpu_upto, node_rows, node_upto, base, index, self.res_starts, self.res_ends,
+                self.res_flat, res_nodes, res_nodes_upto, self.allowed, self.gpus, asked, self.need,
+                self.run_s,
             )  # fmt: skip
             if upto < 0:
                 return found
             assert upto == bisect.bisect_right(self.times, time_s)
             found.append(time_s)
-            after = time_s
+            after, index = time_s, upto
 
 
 @st.composite
@@ -145,22 +177,74 @@ def _cases(draw: st.DrawFn) -> _Case:
 def test_the_count_stops_where_the_numpy_count_lets_the_job_through(case: _Case) -> None:
     expected = case.counted_times()
     assert case.walk(scan_kernel.first_roomy_py) == expected
-    compiled = scan_kernel.FIRST_ROOMY.load()
+    compiled = scan_kernel.KERNELS.load()
     if compiled is not None:
-        assert case.walk(compiled) == expected
+        assert case.walk(compiled.first_roomy) == expected
+
+
+def _first_fit_reference(case: _Case, whole_free: npt.NDArray[np.int64], asked: tuple[int, int, int]) -> int:
+    """The first k at which ``reservation._task_cap``'s count, summed over the allowed nodes, reaches
+    the need (every released GPU row counted as a whole GPU), by trying every k; -1 if none."""
+    gpu_rows, gpu_upto, node_rows, node_upto = case.rows()
+    nodes = len(case.allowed)
+    cells = nodes * case.gpus
+    whole, cpu_milli, memory_mib = asked
+    for k in range(len(gpu_upto)):
+        g, n = gpu_rows[: gpu_upto[k]], node_rows[: node_upto[k]]
+        gpus = whole_free + np.bincount(g[:, 0], minlength=nodes)
+        cpus = case.base[cells : cells + nodes] + np.bincount(n[:, 0], weights=n[:, 1], minlength=nodes)
+        memories = case.base[cells + nodes :] + np.bincount(n[:, 0], weights=n[:, 2], minlength=nodes)
+        caps = []
+        if whole:
+            caps.append(np.minimum(gpus, case.gpus) // whole)
+        if cpu_milli:
+            caps.append(cpus.astype(np.int64) // cpu_milli)
+        if memory_mib:
+            caps.append(memories.astype(np.int64) // memory_mib)
+        if np.minimum.reduce(caps)[case.allowed].sum() >= case.need:
+            return k
+    return -1
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(_cases(), st.integers(0, 2), st.integers(0, 2), st.integers(0, 2))
+def test_the_first_fit_count_finds_the_first_k_the_count_allows(
+    case: _Case, whole: int, cpu_milli: int, memory_mib: int
+) -> None:
+    if not (whole or cpu_milli or memory_mib):
+        whole = 1  # a request asks for something (one of them, at least)
+    nodes = len(case.allowed)
+    whole_free = (case.base[: nodes * case.gpus].reshape(nodes, case.gpus) == MILLI_PER_GPU).sum(axis=1)
+    asked = (whole, cpu_milli, memory_mib)
+    expected = _first_fit_reference(case, whole_free, asked)
+    gpu_rows, gpu_upto, node_rows, node_upto = case.rows()
+    cells = nodes * case.gpus
+    arguments = (
+        whole_free.astype(np.int64), np.full(nodes, case.gpus, dtype=np.int64),
+        case.base[cells : cells + nodes].copy(), case.base[cells + nodes :].copy(), gpu_rows, gpu_upto,
+        node_rows, node_upto, case.allowed, np.array(asked, dtype=np.int64), case.need,
+    )  # fmt: skip
+    assert scan_kernel.first_fit_py(*arguments) == expected
+    compiled = scan_kernel.KERNELS.load()
+    if compiled is not None:
+        assert compiled.first_fit(*arguments) == expected
 
 
 @pytest.mark.skipif(not scan_kernel.available(), reason="numba is not installed")
-@pytest.mark.parametrize(("name", "count"), [("slurm", 500), ("sds", 500)])
+@pytest.mark.parametrize(
+    ("name", "count", "long_plans"), [("slurm", 500, False), ("sds", 500, False), ("slurm", 500, True)]
+)
 def test_a_simulation_decides_the_same_with_and_without_the_compiled_count(
-    name: str, count: int, monkeypatch: pytest.MonkeyPatch
+    name: str, count: int, long_plans: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if long_plans:  # every plan counts as too long to sum for all k, as a large cluster's are
+        monkeypatch.setattr(reservation, "CUMULATIVE_CELLS", 0)
     cluster = load_cluster("lab")
     jobs = load_workload("lab", cluster, jobs=count, load=1.2).jobs
     profile = load_profiles()[name]
     # the compiled count from the 20th scan on: both ways in one run, as a long run switches
     loader = scan_kernel.Loader(after=20)
-    monkeypatch.setattr(reservation, "FIRST_ROOMY", loader)
+    monkeypatch.setattr(reservation, "KERNELS", loader)
     calls = []
     counted = reservation._counted_scan
 
@@ -172,7 +256,7 @@ def test_a_simulation_decides_the_same_with_and_without_the_compiled_count(
     compiled = simulate(cluster.nodes, Scheduler(profile), jobs, SimOptions()).jobs
     assert len(calls) > 20, len(calls)  # the compiled count made most searches
     made = len(calls)
-    monkeypatch.setattr(reservation, "FIRST_ROOMY", scan_kernel.Loader(after=10**9))
+    monkeypatch.setattr(reservation, "KERNELS", scan_kernel.Loader(after=10**9))
     plain = simulate(cluster.nodes, Scheduler(profile), jobs, SimOptions()).jobs
     assert len(calls) == made  # numpy counted every search of this run
     for field in dataclasses.fields(compiled):  # every column, NaN included (its repr)

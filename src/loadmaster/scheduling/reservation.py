@@ -37,7 +37,7 @@ from loadmaster.scheduling import fit
 from loadmaster.scheduling.fit import IntArray
 from loadmaster.scheduling.framework import BoolArray, CycleContext, PlaceGangPlugin
 from loadmaster.scheduling.placement import Scoring, place_job
-from loadmaster.scheduling.scan_kernel import FIRST_ROOMY
+from loadmaster.scheduling.scan_kernel import KERNELS
 from loadmaster.scheduling.state import Held, WorkingState
 
 JUMP = 16
@@ -116,8 +116,12 @@ class HeldSums:
         """Row i: ``reservations[i].held.flat`` (rows are added as the list grows)."""
         self._floats: npt.NDArray[np.float64] | None = None
         """``_stack`` as float64, for :meth:`rows`."""
-        self._spans: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray] | None = None
+        self._spans: (
+            tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray, IntArray, IntArray] | None
+        ) = None
         """:meth:`arrays`, for as many reservations as its arrays have rows."""
+        self._held_nodes: list[IntArray] = []
+        """The nodes each reservation holds anything of, by index (see :meth:`arrays`)."""
 
     def _stacked(self) -> IntArray:
         stack, reservations = self._stack, self.reservations
@@ -128,16 +132,26 @@ class HeldSums:
             stack = self._stack = np.concatenate([stack, more])
         return stack
 
-    def arrays(self, width: int) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray]:
-        """The reservations' starts, ends and :attr:`Held.flat` rows (``width`` long, for none), kept
-        and grown with the list (a walk's searches read them all)."""
+    def arrays(
+        self, width: int, gpus: int
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray, IntArray, IntArray]:
+        """The reservations' starts, ends and :attr:`Held.flat` rows (``width`` long, for none; ``gpus``
+        per node), and the nodes each row holds anything of (reservation i's are ``nodes[upto[i]:
+        upto[i + 1]]``), kept and grown with the list (a walk's searches read them all)."""
         spans, reservations = self._spans, self.reservations
         if spans is None or len(spans[0]) != len(reservations):
             stack = self._stacked() if reservations else np.zeros((0, width), dtype=np.int64)
+            nodes = width // (gpus + 2)  # Held.flat: GPUs, then CPU and memory per node
+            held = self._held_nodes
+            for row in stack[len(held) :]:  # each row's nodes found once: the list only grows
+                on_gpus = np.flatnonzero(row[: nodes * gpus]) // gpus
+                held.append(np.unique(np.concatenate([on_gpus, np.flatnonzero(row[nodes * gpus :]) % nodes])))
             spans = self._spans = (
                 np.array([r.start_s for r in reservations], dtype=np.float64),
                 np.array([r.end_s for r in reservations], dtype=np.float64),
                 stack,
+                np.concatenate(held).astype(np.int64) if held else np.zeros(0, dtype=np.int64),
+                _upto([len(h) for h in held]),
             )
         return spans
 
@@ -917,21 +931,14 @@ def _placed_at(
     return None
 
 
-def _countable(
-    future: Future, request: TaskRequest
-) -> tuple[Callable[..., tuple[float, int]], IntArray] | None:
-    """The compiled count of :func:`_counted_scan` and what it reads of the plan (its cumulative
-    releases), or None where the search counts with numpy: the process has not loaded the count
-    (numba is not installed, or too few scans so far: :class:`scan_kernel.Loader`), or as for
-    :class:`_Rooms` (MIG, a request of no GPU, or a plan too long to sum up front)."""
-    state = future.state
-    if state.mig is not None or not (request.whole_gpus or request.is_fractional):
+def _countable(future: Future, request: TaskRequest) -> Callable[..., tuple[float, int]] | None:
+    """The compiled count of :func:`_counted_scan`, or None where the search counts with numpy: the
+    process has not loaded the count (numba is not installed, or too few scans so far:
+    :class:`scan_kernel.Loader`), a MIG pool, or a request of no GPU."""
+    if future.state.mig is not None or not (request.whole_gpus or request.is_fractional):
         return None
-    count = FIRST_ROOMY.get()
-    if count is None:
-        return None
-    released = future.plan.cumulative_flat(state.gpu_free.shape)
-    return None if released is None else (count, released)
+    kernels = KERNELS.get()
+    return None if kernels is None else kernels.first_roomy
 
 
 def _counted_scan(
@@ -944,21 +951,23 @@ def _counted_scan(
     placer: Placer,
     sums: HeldSums,
     settled: tuple[float, Reservation | None] | None,
-    counting: tuple[Callable[..., tuple[float, int]], IntArray],
+    counting: Callable[..., tuple[float, int]],
 ) -> Reservation | None:
     """:func:`_scan` with the count at each candidate made by :func:`scan_kernel.first_roomy_py`,
-    compiled (``counting``: as :func:`_countable` gave it, with the plan's cumulative releases).
+    compiled (``counting``, as :func:`_countable` gave it).
 
     The compiled loop skips the candidates at which fewer tasks fit by count than the job has, the
     same upper bound by which :func:`_scan` skips them; each time it stops at is then tried exactly
-    as there (the view's own count, then the placement), so the answer is the same.
+    as there (the view's own count, then the placement), so the answer is the same. It reads the
+    plan's release rows as they are, from the state the scan has reached, so a large cluster's
+    long plan is counted as a small one's is.
     """
-    first_roomy, released = counting
+    first_roomy, plan = counting, future.plan
     state, request = future.state, pending.job.request
     need = pending.tasks_left
     start = future.times[first - 1] if first else ctx.now
-    base = np.concatenate([state.gpu_free.ravel(), state.cpu_free, state.memory_free])
-    res_starts, res_ends, res_flat = sums.arrays(len(base))
+    width, gpus = state.gpu_free.size + 2 * len(state.cpu_free), int(state.gpu_free.shape[1])
+    res_starts, res_ends, res_flat, res_nodes, res_nodes_upto = sums.arrays(width, gpus)
     asked = np.array(
         [
             request.whole_gpus,
@@ -973,10 +982,11 @@ def _counted_scan(
     overlaps = _Overlaps(sums.reservations, run_s)
     index, view_state, after = first, future.after(first), -math.inf
     while True:
+        base = np.concatenate([view_state.gpu_free.ravel(), view_state.cpu_free, view_state.memory_free])
         time_s, upto = first_roomy(  # the compiled signature's types (scan_kernel._compiled)
-            float(start), times, int(first), ends, float(after), float(until), released, base,
-            res_starts, res_ends, res_flat, placer.allowed, int(state.gpu_free.shape[1]), asked,
-            int(need), float(run_s),
+            float(start), times, int(first), ends, float(after), float(until), plan.gpu, plan.gpu_upto,
+            plan.node, plan.node_upto, base, int(index), res_starts, res_ends, res_flat, res_nodes,
+            res_nodes_upto, placer.allowed, gpus, asked, int(need), float(run_s),
         )  # fmt: skip
         if upto < 0:
             return None if settled is None else settled[1]
@@ -1169,6 +1179,9 @@ def _first_fit(
         if rooms is not None:  # every k at once; room only grows with k, so the first is the answer
             enough = rooms >= need
             return int(np.argmax(enough)) if enough[-1] else None
+        kernels = KERNELS.loaded()
+        if kernels is not None and (request.whole_gpus or request.cpu_milli or request.memory_mib):
+            return _compiled_first_fit(kernels.first_fit, future, need, placer.allowed, request)
 
         def room(k: int) -> int:
             return future.room_at_most(k, placer.allowed, request)
@@ -1183,6 +1196,22 @@ def _first_fit(
         else:
             low = middle + 1
     return low
+
+
+def _compiled_first_fit(
+    first_fit: Callable[..., int], future: Future, need: int, allowed: BoolArray, request: TaskRequest
+) -> int | None:
+    """:func:`_first_fit`'s bisection over :meth:`Future.room_at_most`, as :func:`scan_kernel.first_fit_py`
+    walks it (compiled): the same count, so the same first ``k``."""
+    state, plan = future.state, future.plan
+    asked = np.array([request.whole_gpus, request.cpu_milli, request.memory_mib], dtype=np.int64)
+    node_gpus = np.array(state.nodes.gpus, dtype=np.int64)  # a copy: the node table's is read-only
+    k = first_fit(
+        state.whole_free.astype(np.int64, copy=False), node_gpus,
+        state.cpu_free, state.memory_free, plan.gpu, plan.gpu_upto, plan.node, plan.node_upto, allowed,
+        asked, int(need),
+    )  # fmt: skip
+    return None if k < 0 else int(k)
 
 
 def _task_cap(

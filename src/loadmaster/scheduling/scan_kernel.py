@@ -22,6 +22,7 @@ import importlib.util
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -35,18 +36,24 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 
-def first_roomy_py(  # noqa: PLR0917 - positional arrays and numbers: what numba compiles best
+def first_roomy_py(  # noqa: PLR0915, PLR0917 - positional arrays and numbers: what numba compiles best
     start: float,
     times: FloatArray,
     first: int,
     ends: FloatArray,
     after: float,
     until: float,
-    released: IntArray,
+    gpu_rows: IntArray,
+    gpu_upto: IntArray,
+    node_rows: IntArray,
+    node_upto: IntArray,
     base: IntArray,
+    base_k: int,
     res_starts: FloatArray,
     res_ends: FloatArray,
     res_flat: IntArray,
+    res_nodes: IntArray,
+    res_nodes_upto: IntArray,
     allowed: BoolArray,
     gpus: int,
     request: IntArray,
@@ -59,17 +66,74 @@ def first_roomy_py(  # noqa: PLR0917 - positional arrays and numbers: what numba
     Candidates are ``start``, then the release times from ``times[first]`` on and the reservation
     ends (``ends``, ascending), those after ``start``, ascending and once each (as
     ``reservation._candidate_times`` makes them). At a candidate ``t`` the free resources are
-    ``base + released[upto]`` (``upto``: releases at or before ``t``) less the summed rows of
-    ``res_flat`` of the reservations overlapping ``[t, t + run_s)``, in :attr:`Held.flat`'s layout
-    (``gpus`` per node, GPUs row by row, then CPU, then memory per node). ``request`` holds the
-    task's whole GPUs, milli-GPU of a shared one, milli-CPU and MiB (0: not asked); a node holds
-    ``min`` over what is asked of the tasks its free resources (clamped at 0) take, whole GPUs
-    counting only GPUs wholly free. Written so that numba compiles it as it stands.
+    ``base`` (what is free after the first ``base_k`` releases) plus the releases from ``base_k`` up
+    to ``upto`` (the releases at or before ``t``; ``upto >= base_k`` at every candidate) less the
+    summed rows of ``res_flat`` of the reservations overlapping ``[t, t + run_s)``, all in
+    :attr:`Held.flat`'s layout (``gpus`` per node, GPUs row by row, then CPU, then memory per node).
+    ``request`` holds the task's whole GPUs, milli-GPU of a shared one, milli-CPU and MiB (0: not
+    asked); a node holds ``min`` over what is asked of the tasks its free resources (clamped at 0)
+    take, whole GPUs counting only GPUs wholly free. Written so that numba compiles it as it stands.
+
+    The count is kept, not redone at each candidate: the releases are the plan's own rows
+    (:class:`~loadmaster.scheduling.reservation.ReleasePlan`: ``gpu_rows`` of (node, GPU,
+    milli-GPU), ``node_rows`` of (node, milli-CPU, MiB), release ``k`` owning rows
+    ``upto[k]:upto[k + 1]``), added as the walk passes them, and only the nodes they touch are
+    counted again. A candidate's overlapping reservations change only the nodes they hold
+    (``res_nodes[res_nodes_upto[r]:res_nodes_upto[r + 1]]``: every node where row ``r`` of
+    ``res_flat`` is not zero), which are counted on their own. On a cluster of a thousand nodes
+    a candidate then costs what its releases and reservations touch, not the whole cluster, and no
+    matrix of every ``k``'s sums (which would not fit in memory there) is needed.
     """
     nodes = allowed.shape[0]
     cells = nodes * gpus
     whole, milli, cpu_milli, memory_mib = request[0], request[1], request[2], request[3]
-    free = np.empty(base.shape[0], dtype=np.int64)
+    current = base.copy()
+    scratch = np.empty(gpus + 2, dtype=np.int64)
+
+    def cap(n: int, with_held: bool, overlapping: BoolArray) -> int:
+        """Tasks node ``n`` holds: on ``current``, or less the overlapping reservations' rows."""
+        for g in range(gpus):
+            scratch[g] = current[n * gpus + g]
+        scratch[gpus] = current[cells + n]
+        scratch[gpus + 1] = current[cells + nodes + n]
+        if with_held:
+            for r in range(overlapping.shape[0]):
+                if overlapping[r]:
+                    for g in range(gpus):
+                        scratch[g] -= res_flat[r, n * gpus + g]
+                    scratch[gpus] -= res_flat[r, cells + n]
+                    scratch[gpus + 1] -= res_flat[r, cells + nodes + n]
+        tasks = -1
+        if whole:
+            count = 0
+            for g in range(gpus):
+                if scratch[g] == MILLI_PER_GPU:
+                    count += 1
+            tasks = count // whole
+        elif milli:
+            count = 0
+            for g in range(gpus):
+                if scratch[g] > 0:
+                    count += scratch[g] // milli
+            tasks = count
+        if cpu_milli:
+            cpu = max(scratch[gpus], 0) // cpu_milli
+            tasks = cpu if tasks < 0 else min(tasks, cpu)
+        if memory_mib:
+            memory = max(scratch[gpus + 1], 0) // memory_mib
+            tasks = memory if tasks < 0 else min(tasks, memory)
+        return int(tasks)
+
+    overlapping = np.zeros(res_starts.shape[0], dtype=np.bool_)
+    caps = np.zeros(nodes, dtype=np.int64)
+    total = 0
+    for n in range(nodes):
+        if allowed[n]:
+            caps[n] = cap(n, False, overlapping)
+            total += caps[n]
+    stamp = np.zeros(nodes, dtype=np.int64)
+    mark = 0
+    applied = base_k
     n_times, n_ends = times.shape[0], ends.shape[0]
     # positions in the two ascending lists of the candidates after ``after``
     i = max(first, int(np.searchsorted(times, after, side="right")))
@@ -91,67 +155,158 @@ def first_roomy_py(  # noqa: PLR0917 - positional arrays and numbers: what numba
         if time_s > until:
             return math.nan, -1
         upto = int(np.searchsorted(times, time_s, side="right"))
-        free[:] = released[upto] + base
+        mark += 1  # nodes counted again at this candidate: stamped with ``mark``
+        for row in range(gpu_upto[applied], gpu_upto[upto]):
+            n = gpu_rows[row, 0]
+            current[n * gpus + gpu_rows[row, 1]] += gpu_rows[row, 2]
+            stamp[n] = mark
+        for row in range(node_upto[applied], node_upto[upto]):
+            n = node_rows[row, 0]
+            current[cells + n] += node_rows[row, 1]
+            current[cells + nodes + n] += node_rows[row, 2]
+            stamp[n] = mark
+        for row in range(gpu_upto[applied], gpu_upto[upto]):
+            n = gpu_rows[row, 0]
+            if stamp[n] == mark:
+                stamp[n] = 0  # counted once, however many rows it had
+                if allowed[n]:
+                    fresh = cap(n, False, overlapping)
+                    total += fresh - caps[n]
+                    caps[n] = fresh
+        for row in range(node_upto[applied], node_upto[upto]):
+            n = node_rows[row, 0]
+            if stamp[n] == mark:
+                stamp[n] = 0
+                if allowed[n]:
+                    fresh = cap(n, False, overlapping)
+                    total += fresh - caps[n]
+                    caps[n] = fresh
+        applied = upto
         end_s = time_s + run_s
+        any_held = False
         for r in range(res_starts.shape[0]):
-            if res_starts[r] < end_s and time_s < res_ends[r]:
-                free -= res_flat[r]
-        room = 0
-        for n in range(nodes):
-            if not allowed[n]:
-                continue
-            cap = -1
-            if whole:
-                count = 0
-                for c in range(n * gpus, (n + 1) * gpus):
-                    if free[c] == MILLI_PER_GPU:
-                        count += 1
-                cap = count // whole
-            elif milli:
-                count = 0
-                for c in range(n * gpus, (n + 1) * gpus):
-                    if free[c] > 0:
-                        count += free[c] // milli
-                cap = count
-            if cpu_milli:
-                cpu = max(free[cells + n], 0) // cpu_milli
-                cap = cpu if cap < 0 else min(cap, cpu)
-            if memory_mib:
-                memory = max(free[cells + nodes + n], 0) // memory_mib
-                cap = memory if cap < 0 else min(cap, memory)
-            room += cap
+            overlapping[r] = res_starts[r] < end_s and time_s < res_ends[r]
+            any_held = any_held or overlapping[r]
+        room = total
+        if any_held:
+            mark += 1
+            for r in range(res_starts.shape[0]):
+                if overlapping[r]:
+                    for j in range(res_nodes_upto[r], res_nodes_upto[r + 1]):
+                        n = res_nodes[j]
+                        if allowed[n] and stamp[n] != mark:
+                            stamp[n] = mark
+                            room += cap(n, True, overlapping) - caps[n]
         if room >= need:
             return time_s, upto
         after = time_s
 
 
-def _compiled() -> Callable[..., tuple[float, int]] | None:
-    """:func:`first_roomy_py` compiled by numba, or None where numba is not installed."""
+def first_fit_py(  # noqa: PLR0917 - positional arrays and numbers: what numba compiles best
+    whole_free: IntArray,
+    node_gpus: IntArray,
+    cpu_free: IntArray,
+    memory_free: IntArray,
+    gpu_rows: IntArray,
+    gpu_upto: IntArray,
+    node_rows: IntArray,
+    node_upto: IntArray,
+    allowed: BoolArray,
+    request: IntArray,
+    need: int,
+) -> int:
+    """The fewest releases after which ``need`` tasks fit by count, or -1 if none: the count of
+    ``reservation._task_cap`` (every released GPU counted as wholly free), walked release by release.
+
+    The count only grows with the releases, so the first ``k`` at which it suffices is the one a
+    bisection over ``k`` finds; walking the plan's rows (as :func:`first_roomy_py` reads them)
+    changes only the nodes a release touches, where a bisection sums every node at each step.
+    ``request`` holds the task's whole GPUs, milli-CPU and MiB (0: not asked; at least one is).
+    """
+    whole, cpu_milli, memory_mib = request[0], request[1], request[2]
+    nodes = allowed.shape[0]
+    gpus = whole_free.copy()
+    cpus = cpu_free.copy()
+    memories = memory_free.copy()
+
+    def cap(n: int) -> int:  # reservation._task_cap for one node (numba inlines a local function)
+        tasks = -1
+        if whole:
+            tasks = min(gpus[n], node_gpus[n]) // whole
+        if cpu_milli:
+            cpu = cpus[n] // cpu_milli
+            tasks = cpu if tasks < 0 else min(tasks, cpu)
+        if memory_mib:
+            memory = memories[n] // memory_mib
+            tasks = memory if tasks < 0 else min(tasks, memory)
+        return int(tasks)
+
+    total = 0
+    for n in range(nodes):
+        if allowed[n]:
+            total += cap(n)
+    if total >= need:
+        return 0
+    for k in range(1, gpu_upto.shape[0]):
+        for row in range(gpu_upto[k - 1], gpu_upto[k]):
+            n = gpu_rows[row, 0]
+            if allowed[n]:
+                total -= cap(n)
+                gpus[n] += 1
+                total += cap(n)
+        for row in range(node_upto[k - 1], node_upto[k]):
+            n = node_rows[row, 0]
+            if allowed[n]:
+                total -= cap(n)
+                cpus[n] += node_rows[row, 1]
+                memories[n] += node_rows[row, 2]
+                total += cap(n)
+        if total >= need:
+            return k
+    return -1
+
+
+@dataclass(frozen=True, slots=True)
+class Kernels:
+    """The compiled counts: :func:`first_roomy_py` and :func:`first_fit_py`."""
+
+    first_roomy: Callable[..., tuple[float, int]]
+    first_fit: Callable[..., int]
+
+
+def _compiled() -> Kernels | None:
+    """:func:`first_roomy_py` and :func:`first_fit_py` compiled by numba, or None where numba is not
+    installed."""
     try:
         import numba  # noqa: PLC0415 - optional, and half a second to import: loaded when it pays
     except ImportError:
         log.info("numba is not installed: reservation searches count candidates with numpy")
         return None
-    # One signature, compiled (or loaded from the cache) now: the caller passes exactly these
+    # One signature each, compiled (or loaded from the cache) now: the caller passes exactly these
     # types, so no call compiles another version for, say, an integer time.
-    f8, i8, floats, ints, table = (
+    f8, i8, floats, ints, table, flags = (
         numba.float64,
         numba.int64,
         numba.float64[:],
         numba.int64[:],
         numba.int64[:, :],
+        numba.boolean[:],
     )
-    signature = numba.types.Tuple((f8, i8))(  # type: ignore[no-untyped-call]
-        f8, floats, i8, floats, f8, f8, table, ints, floats, floats, table, numba.boolean[:], i8, ints, i8, f8
-    )
+    roomy = numba.types.Tuple((f8, i8))(  # type: ignore[no-untyped-call]
+        f8, floats, i8, floats, f8, f8, table, ints, table, ints, ints, i8, floats, floats, table,
+        ints, ints, flags, i8, ints, i8, f8,
+    )  # fmt: skip
+    fit = i8(ints, ints, ints, ints, table, ints, table, ints, flags, ints, i8)
     try:
-        compiled: Callable[..., tuple[float, int]] = numba.njit(signature, cache=True, nogil=True)(
-            first_roomy_py
+        return Kernels(
+            numba.njit(roomy, cache=True, nogil=True)(first_roomy_py),
+            numba.njit(fit, cache=True, nogil=True)(first_fit_py),
         )
     except RuntimeError as error:  # no writable cache beside the module or in the user's cache folder
-        log.warning("numba cannot cache the search's count (%s): compiled at each start instead", error)
-        compiled = numba.njit(signature, nogil=True)(first_roomy_py)
-    return compiled
+        log.warning("numba cannot cache the search's counts (%s): compiled at each start instead", error)
+        return Kernels(
+            numba.njit(roomy, nogil=True)(first_roomy_py), numba.njit(fit, nogil=True)(first_fit_py)
+        )
 
 
 SCANS_BEFORE_LOADING = 5_000
@@ -167,23 +322,27 @@ equals the price). Both counts give the same answers, so the switch changes no d
 
 
 class Loader:
-    """The compiled count, loaded at the :data:`SCANS_BEFORE_LOADING`-th scan of the process
+    """The compiled counts, loaded at the :data:`SCANS_BEFORE_LOADING`-th scan of the process
     (``after``), or never where numba is not installed."""
 
     def __init__(self, after: int = SCANS_BEFORE_LOADING) -> None:
         self.after = after
         self.scans = 0
         self._loaded = False
-        self._fn: Callable[..., tuple[float, int]] | None = None
+        self._fn: Kernels | None = None
 
-    def get(self) -> Callable[..., tuple[float, int]] | None:
-        """The compiled count for this scan, or None: count with numpy (not yet, or no numba)."""
+    def get(self) -> Kernels | None:
+        """The compiled counts for this scan, or None: count with numpy (not yet, or no numba)."""
         if self._loaded:
             return self._fn
         self.scans += 1
         return self.load() if self.scans >= self.after else None
 
-    def load(self) -> Callable[..., tuple[float, int]] | None:
+    def loaded(self) -> Kernels | None:
+        """The compiled counts if they are loaded, without counting a scan."""
+        return self._fn
+
+    def load(self) -> Kernels | None:
         """Load it now (None where numba is not installed)."""
         if not self._loaded:
             self._fn, self._loaded = _compiled(), True
@@ -195,8 +354,8 @@ class Loader:
         return self._fn
 
 
-FIRST_ROOMY = Loader()
-"""The process's compiled :func:`first_roomy_py`, as its scans reach the threshold."""
+KERNELS = Loader()
+"""The process's compiled counts, as its scans reach the threshold."""
 
 
 def available() -> bool:
