@@ -22,10 +22,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loadmaster.scheduling.reservation as reservation
+from builders import a_cluster, a_job
 from fuzzing import examples
 from loadmaster.config import load_cluster, load_profiles, load_workload
+from loadmaster.model import ClusterSnapshot, PendingJob, TaskPlacement
 from loadmaster.model.resources import MILLI_PER_GPU
 from loadmaster.scheduling import Scheduler, scan_kernel
+from loadmaster.scheduling.framework import CycleContext
+from loadmaster.scheduling.placement import Scoring
+from loadmaster.scheduling.plugins.yarn import Yarn
+from loadmaster.scheduling.state import WorkingState
 from loadmaster.sim import SimOptions, simulate
 
 if not scan_kernel.available() and os.environ.get("CI") == "true":
@@ -261,6 +267,75 @@ def test_a_simulation_decides_the_same_with_and_without_the_compiled_count(
     assert len(calls) == made  # numpy counted every search of this run
     for field in dataclasses.fields(compiled):  # every column, NaN included (its repr)
         assert _column(compiled, field.name) == _column(plain, field.name), field.name
+
+
+def test_a_failed_placement_that_kept_tasks_does_not_change_the_count() -> None:
+    """A gang placement (``yarn``) that fails keeps the tasks it placed on the view it was given,
+    which is the scan's own state where nothing is held. The count must not read them: past many
+    releases the scan builds its state afresh, and the job fits there.
+
+    4 nodes of 4 GPUs: node 0 free, node 1 with 3 GPUs taken (2 back at t=10, 1 at t=1000), node 2
+    with 3 (back at t=1000), node 3 full; 16 releases of no GPU at t=10 (more than ``JUMP``). A
+    job of 6 one-GPU tasks: at t=0 yarn takes node 0 and fails; at t=10 nodes 0 and 1 hold 6.
+    """
+    nodes = a_cluster().nodes(4, gpus=4).build()
+    snapshot = ClusterSnapshot.empty(nodes)
+    state = WorkingState.from_snapshot(snapshot)
+    two, one, three = (
+        TaskPlacement(1, (0, 1), MILLI_PER_GPU, 0, 0),
+        TaskPlacement(1, (2,), MILLI_PER_GPU, 0, 0),
+        TaskPlacement(2, (0, 1, 2), MILLI_PER_GPU, 0, 0),
+    )
+    full = TaskPlacement(3, (0, 1, 2, 3), MILLI_PER_GPU, 0, 0)
+    cpu_only = [TaskPlacement(3, (), 0, 1, 0) for _ in range(reservation.JUMP)]
+    for placement in [two, one, three, full, *cpu_only]:
+        state.take(placement)
+    plan = reservation.ReleasePlan(
+        [
+            *(reservation.Release(10.0, (p,)) for p in cpu_only),
+            reservation.Release(10.0, (two,)),
+            reservation.Release(1000.0, (one,)),
+            reservation.Release(1000.0, (three,)),
+            reservation.Release(5000.0, (full,)),
+        ],
+        {},
+    )
+    pending = PendingJob(a_job("j").gpus(1).tasks(6).limit(30.0).build())
+    placer = reservation.Placer(np.ones(4, dtype=bool), Scoring(()), Yarn())
+
+    def start(counting: Callable[..., tuple[float, int]] | None) -> float | None:
+        view = state.copy()
+        ctx = CycleContext(now=0.0, rng=np.random.default_rng(0), snapshot=snapshot, state=view)
+        future = reservation.Future(view, plan)
+        first = reservation._first_fit(future, 6, placer, pending.job.request)
+        assert first == 0  # by count the job fits now: yarn's placement fails there
+        sums = reservation.HeldSums([])
+        found = (
+            reservation._scan(
+                pending, 30.0, first, ctx=ctx, future=future, reservations=[], placer=placer, sums=sums
+            )
+            if counting is None
+            else reservation._counted_scan(
+                pending,
+                30.0,
+                first,
+                ctx=ctx,
+                future=future,
+                placer=placer,
+                sums=sums,
+                settled=None,
+                counting=counting,
+            )
+        )
+        return None if found is None else float(found.start_s)
+
+    with pytest.MonkeyPatch.context() as patch:  # the numpy count in _scan
+        patch.setattr(reservation, "KERNELS", scan_kernel.Loader(after=10**9))
+        assert start(None) == 10.0
+    assert start(scan_kernel.first_roomy_py) == 10.0
+    compiled = scan_kernel.KERNELS.load()
+    if compiled is not None:
+        assert start(compiled.first_roomy) == 10.0
 
 
 def _column(table: object, name: str) -> str:

@@ -981,11 +981,15 @@ def _counted_scan(
     until = math.inf if settled is None else settled[0]
     overlaps = _Overlaps(sums.reservations, run_s)
     index, view_state, after = first, future.after(first), -math.inf
+    # Counted from the state after the first releases as it is now, before any placement: a
+    # placement that fails may keep the tasks it placed on the view it was given (``view_state``
+    # itself, where nothing is held), which the count must not read (a later view built afresh,
+    # after many releases, has them back).
+    base = np.concatenate([view_state.gpu_free.ravel(), view_state.cpu_free, view_state.memory_free])
     while True:
-        base = np.concatenate([view_state.gpu_free.ravel(), view_state.cpu_free, view_state.memory_free])
         time_s, upto = first_roomy(  # the compiled signature's types (scan_kernel._compiled)
             float(start), times, int(first), ends, float(after), float(until), plan.gpu, plan.gpu_upto,
-            plan.node, plan.node_upto, base, int(index), res_starts, res_ends, res_flat, res_nodes,
+            plan.node, plan.node_upto, base, int(first), res_starts, res_ends, res_flat, res_nodes,
             res_nodes_upto, placer.allowed, gpus, asked, int(need), float(run_s),
         )  # fmt: skip
         if upto < 0:
