@@ -106,8 +106,8 @@ class _Case:
         )
 
     def walk(self, fn: Callable[..., tuple[float, int]]) -> list[float]:
-        """Every time ``fn`` stops at, asking again after each from the state there (as a search
-        does when a placement fails: its state has then passed the releases up to that time)."""
+        """Every time ``fn`` stops at, asking again after each (as a search does when a placement
+        fails), always from the state after the first releases."""
         found: list[float] = []
         after = -math.inf
         times = np.array(self.times, dtype=np.float64)
@@ -119,20 +119,18 @@ class _Case:
                 for row in self.res_flat]  # fmt: skip
         res_nodes = np.array([n for h in held for n in h], dtype=np.int64)
         res_nodes_upto = np.cumsum([0, *map(len, held)]).astype(np.int64)
-        index = self.first
+        base = self.base + self.released[self.first]
         while True:
-            base = self.base + self.released[index]
             time_s, upto = fn(
                 self.start, times, self.first, np.sort(self.res_ends), after, self.until, gpu_rows,
-                gpu_upto, node_rows, node_upto, base, index, self.res_starts, self.res_ends,
-                self.res_flat, res_nodes, res_nodes_upto, self.allowed, self.gpus, asked, self.need,
-                self.run_s,
+                gpu_upto, node_rows, node_upto, base, self.res_starts, self.res_ends, self.res_flat,
+                res_nodes, res_nodes_upto, self.allowed, self.gpus, asked, self.need, self.run_s,
             )  # fmt: skip
             if upto < 0:
                 return found
             assert upto == bisect.bisect_right(self.times, time_s)
             found.append(time_s)
-            after, index = time_s, upto
+            after = time_s
 
 
 @st.composite

@@ -959,8 +959,8 @@ def _counted_scan(
     The compiled loop skips the candidates at which fewer tasks fit by count than the job has, the
     same upper bound by which :func:`_scan` skips them; each time it stops at is then tried exactly
     as there (the view's own count, then the placement), so the answer is the same. It reads the
-    plan's release rows as they are, from the state the scan has reached, so a large cluster's
-    long plan is counted as a small one's is.
+    plan's release rows as they are, from the state after the first releases, so a large
+    cluster's long plan is counted as a small one's is.
     """
     first_roomy, plan = counting, future.plan
     state, request = future.state, pending.job.request
@@ -989,8 +989,8 @@ def _counted_scan(
     while True:
         time_s, upto = first_roomy(  # the compiled signature's types (scan_kernel._compiled)
             float(start), times, int(first), ends, float(after), float(until), plan.gpu, plan.gpu_upto,
-            plan.node, plan.node_upto, base, int(first), res_starts, res_ends, res_flat, res_nodes,
-            res_nodes_upto, placer.allowed, gpus, asked, int(need), float(run_s),
+            plan.node, plan.node_upto, base, res_starts, res_ends, res_flat, res_nodes, res_nodes_upto,
+            placer.allowed, gpus, asked, int(need), float(run_s),
         )  # fmt: skip
         if upto < 0:
             return None if settled is None else settled[1]

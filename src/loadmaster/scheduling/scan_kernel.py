@@ -48,7 +48,6 @@ def first_roomy_py(  # noqa: PLR0915, PLR0917 - positional arrays and numbers: w
     node_rows: IntArray,
     node_upto: IntArray,
     base: IntArray,
-    base_k: int,
     res_starts: FloatArray,
     res_ends: FloatArray,
     res_flat: IntArray,
@@ -66,8 +65,8 @@ def first_roomy_py(  # noqa: PLR0915, PLR0917 - positional arrays and numbers: w
     Candidates are ``start``, then the release times from ``times[first]`` on and the reservation
     ends (``ends``, ascending), those after ``start``, ascending and once each (as
     ``reservation._candidate_times`` makes them). At a candidate ``t`` the free resources are
-    ``base`` (what is free after the first ``base_k`` releases) plus the releases from ``base_k`` up
-    to ``upto`` (the releases at or before ``t``; ``upto >= base_k`` at every candidate) less the
+    ``base`` (what is free after the first ``first`` releases) plus the releases from ``first`` up
+    to ``upto`` (the releases at or before ``t``; ``upto >= first`` at every candidate) less the
     summed rows of ``res_flat`` of the reservations overlapping ``[t, t + run_s)``, all in
     :attr:`Held.flat`'s layout (``gpus`` per node, GPUs row by row, then CPU, then memory per node).
     ``request`` holds the task's whole GPUs, milli-GPU of a shared one, milli-CPU and MiB (0: not
@@ -133,7 +132,7 @@ def first_roomy_py(  # noqa: PLR0915, PLR0917 - positional arrays and numbers: w
             total += caps[n]
     stamp = np.zeros(nodes, dtype=np.int64)
     mark = 0
-    applied = base_k
+    applied = first
     n_times, n_ends = times.shape[0], ends.shape[0]
     # positions in the two ascending lists of the candidates after ``after``
     i = max(first, int(np.searchsorted(times, after, side="right")))
@@ -293,8 +292,8 @@ def _compiled() -> Kernels | None:
         numba.boolean[:],
     )
     roomy = numba.types.Tuple((f8, i8))(  # type: ignore[no-untyped-call]
-        f8, floats, i8, floats, f8, f8, table, ints, table, ints, ints, i8, floats, floats, table,
-        ints, ints, flags, i8, ints, i8, f8,
+        f8, floats, i8, floats, f8, f8, table, ints, table, ints, ints, floats, floats, table, ints,
+        ints, flags, i8, ints, i8, f8,
     )  # fmt: skip
     fit = i8(ints, ints, ints, ints, table, ints, table, ints, flags, ints, i8)
     try:
