@@ -7,11 +7,17 @@ generator, never these seeds). The learned rows use the shipped checkpoints
 (``lab``, ``lab-fair``) through the ``learned`` plugin, exactly as a profile
 runs them. See ``loadmaster.rl.evaluate`` for what each row is.
 
-Targets (issue 5), per load >= 0.9:
+Targets, per load >= 0.9. Issue 5's "10% ahead of every heuristic" is withdrawn
+(issue 24: at 0.9 no order we know is 10% ahead of ``sjf-backfill`` on this
+workload); issue 24's targets take its place, on this benchmark's rows:
 
-* ``learned_beats_every_heuristic``: learned's mean bounded slowdown is at
-  least 10% below every heuristic's (fifo, sjf, sjf-backfill, first-fit,
-  random, tetris) and the best production profile's.
+* ``learned_within_2pct``: learned's mean bounded slowdown is at most 2%
+  above the best of the heuristics (fifo, sjf, sjf-backfill, first-fit,
+  random, tetris) and the best production profile (issue 24, item 2).
+* ``headroom_share``: learned removes at least half of the headroom from that
+  best rival to ``sjf-clairvoyant-backfill`` (issue 24, item 3; the ten-seed
+  version with confidence intervals and every clairvoyant order tried is
+  ``benchmarks/rl_load_curve.py``).
 * ``fair_max_wait``: learned-fair's maximum wait is no worse than FIFO's,
   and ``fair_ahead_of_fifo``: its mean bounded slowdown is below FIFO's.
 * ``training_minutes``: each shipped checkpoint's training took at most 30
@@ -48,6 +54,7 @@ FirstFit and Tetris; per task, in the trace's time units. Reported, no target.
 from __future__ import annotations
 
 import dataclasses
+import math
 import platform
 import time
 from pathlib import Path
@@ -85,7 +92,10 @@ DEEPJS_METRICS = {
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "rl_vs_heuristics.json"
 LOADS = (0.7, 0.9, 1.1)
-MARGIN = 0.10
+WITHIN = 0.02
+"""Learned at most this far behind the best rival (issue 24, item 2)."""
+HEADROOM = 0.5
+"""Share of the headroom learned must remove (issue 24, item 3)."""
 CLAIRVOYANT = "sjf-clairvoyant-backfill"
 
 
@@ -96,17 +106,22 @@ def targets(table: dict[float, dict[str, dict[str, float]]]) -> dict[str, dict[s
             continue
         best = best_production(per)
         rivals = [*HEURISTICS, best]
-        learned = per["learned"]["mean_bounded_slowdown"]
-        worst_margin = min(1 - learned / per[r]["mean_bounded_slowdown"] for r in rivals)
-        closest = min(rivals, key=lambda r: per[r]["mean_bounded_slowdown"])
-        out[f"learned_beats_every_heuristic@{load:g}"] = {
-            "target": f"learned bsld >= {MARGIN:.0%} below each of {', '.join(rivals)}",
-            "measured": f"{learned:.3f} vs best rival {closest} {per[closest]['mean_bounded_slowdown']:.3f}"
-            f" ({worst_margin:+.1%})",
-            "pass": worst_margin >= MARGIN,
-            "reference": f"{CLAIRVOYANT} (true run times, not deployable) is"
-            f" {1 - per[CLAIRVOYANT]['mean_bounded_slowdown'] / per[closest]['mean_bounded_slowdown']:+.1%}"
-            f" against {closest}",
+        bsld = {name: per[name]["mean_bounded_slowdown"] for name in [*rivals, "learned", CLAIRVOYANT]}
+        closest = min(rivals, key=bsld.__getitem__)
+        behind = bsld["learned"] / bsld[closest] - 1
+        out[f"learned_within_2pct@{load:g}"] = {
+            "target": f"learned bsld at most {WITHIN:.0%} above the best of {', '.join(rivals)}",
+            "measured": f"{bsld['learned']:.3f} vs best rival {closest} {bsld[closest]:.3f} ({-behind:+.1%})",
+            "pass": behind <= WITHIN,
+        }
+        headroom = bsld[closest] - bsld[CLAIRVOYANT]
+        share = (bsld[closest] - bsld["learned"]) / headroom if headroom > 0 else math.nan
+        out[f"headroom_share@{load:g}"] = {
+            "target": f">= {HEADROOM:.0%} of the headroom from the best rival to {CLAIRVOYANT}",
+            "measured": f"{share:+.0%} (headroom {bsld[closest]:.3f} - {bsld[CLAIRVOYANT]:.3f})"
+            if headroom > 0
+            else "no headroom (the clairvoyant reference is not ahead of the best rival)",
+            "pass": bool(share >= HEADROOM),  # False without headroom: nothing was shown
         }
         fair, fifo = per["learned-fair"], per["fifo"]
         out[f"fair_max_wait@{load:g}"] = {

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from loadmaster.config import load_cluster, load_profiles, load_workload
+from loadmaster.config import load_cluster, load_profiles, load_selected, load_workload
 from loadmaster.errors import ConfigError
+from loadmaster.scheduling import Profile
 from loadmaster.workload import offered_load
 
 GOOD_CLUSTER = """\
@@ -91,6 +92,34 @@ def test_builtin_profiles_all_load() -> None:
     profiles = load_profiles()
     shipped = {"kube-default", "fifo", "sds", "nsml", "slurm", "fair"}
     assert shipped | {"binpack", "spread", "random", "binpack-skip", "priority"} <= set(profiles)
+
+
+def test_selected_builtin_profiles_are_the_full_set_s_in_the_asked_order() -> None:
+    everything = load_profiles()
+    chosen = load_selected(["slurm", "fifo", "slurm"], "--profiles")
+    assert [_shape(p) for p in chosen] == [_shape(everything[n]) for n in ("slurm", "fifo", "slurm")]
+    assert chosen[0] is chosen[2]  # built once
+
+
+def _shape(profile: Profile) -> tuple[object, ...]:
+    """A profile's name, actions and plugins with their settings (plugins compare by identity)."""
+    return (profile.name, profile.actions, [(type(p), vars(p)) for p in profile.plugins])
+
+
+def test_an_unknown_selected_profile_lists_every_profile_of_the_file() -> None:
+    with pytest.raises(ConfigError, match=r"unknown profile 'nosuch'; available: kube-default, fifo, sds, "):
+        load_selected(["fifo", "nosuch"], "--profiles")
+
+
+def test_a_user_file_is_validated_whole_even_when_one_profile_is_chosen(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "p.yaml",
+        "profiles:\n  good:\n    plugins: [fifo]\n"
+        "  broken:\n    actions: [allocate]\n    plugins: [fifo, bogus]\n",
+    )
+    with pytest.raises(ConfigError, match=r"p.yaml:6: profiles.broken.plugins\[1\].*unknown plugin 'bogus'"):
+        load_selected(["good"], "--profiles", str(path))
 
 
 @pytest.mark.parametrize(

@@ -76,3 +76,15 @@ def test_building_the_fifo_profile_imports_only_the_plugins_of_the_builtin_profi
     loaded = _imported_after("from loadmaster.config import load_profiles\nload_profiles('builtin')")
     assert "loadmaster.scheduling.plugins.fifo" in loaded
     assert "loadmaster.scheduling.plugins.sharing" not in loaded
+
+
+def test_selecting_one_builtin_profile_imports_only_its_own_plugins() -> None:
+    loaded = _imported_after(
+        "from loadmaster.config import load_selected\nload_selected(['fifo'], '--profiles')"
+    )
+    plugins = {
+        m.removeprefix("loadmaster.scheduling.plugins.")
+        for m in loaded
+        if m.startswith("loadmaster.scheduling.plugins.")
+    }
+    assert plugins == {"fifo", "gang", "firstfit"}  # the profile's: fifo, gang, first-fit

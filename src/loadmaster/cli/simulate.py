@@ -21,9 +21,9 @@ from loadmaster.config import (
     Workload,
     load_cluster,
     load_profiles,
+    load_selected,
     load_trace_workload,
     load_workload,
-    select_profiles,
 )
 from loadmaster.config.usage import load_past_usage
 from loadmaster.errors import ConfigError
@@ -86,9 +86,8 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
     # Forked first: they import the plotting and Parquet libraries while this process simulates.
     with output_helpers() as helpers:
         spec_cluster = load_cluster(cluster)
-        available = load_profiles(profiles_file)
-        chosen = select_profiles(
-            available, [p.strip() for p in profiles.split(",") if p.strip()], "--profiles"
+        chosen = load_selected(
+            [p.strip() for p in profiles.split(",") if p.strip()], "--profiles", profiles_file
         )
         if trace is not None:
             spec_workload = load_trace_workload(

@@ -5,6 +5,7 @@ from loadmaster.config.profiles import (
     BUILTIN_PROFILES,
     load_profile_with_args,
     load_profiles,
+    load_selected,
     select_profiles,
 )
 from loadmaster.config.workload import BUILTIN_WORKLOADS, Workload, load_trace_workload, load_workload
@@ -18,6 +19,7 @@ __all__ = [
     "load_cluster",
     "load_profile_with_args",
     "load_profiles",
+    "load_selected",
     "load_trace_workload",
     "load_workload",
     "select_profiles",

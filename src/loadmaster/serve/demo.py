@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loadmaster.config import load_cluster, load_profiles, load_workload, select_profiles
+from loadmaster.config import load_cluster, load_selected, load_workload
 from loadmaster.config.cluster import Cluster, cluster_from_document
 from loadmaster.config.yamlfile import YamlDocument, find_document
 from loadmaster.errors import ConfigError
@@ -260,7 +260,7 @@ def build_demo(options: DemoOptions, store: TelemetryStore | None = None) -> Dem
     workload = load_workload(
         options.workload, cluster, jobs=jobs, load=options.load, seed=options.seed or None
     )
-    profile = select_profiles(load_profiles(), [options.profile], "--profile")[0]
+    profile = load_selected([options.profile], "--profile")[0]
     sim_options = SimOptions(seed=options.seed, period_s=options.period_s)
     sim = LiveSimulator(
         cluster.nodes,
