@@ -36,6 +36,12 @@ which a copy of the pipe inherited by another forked process would hold back."""
 
 _LOG = logging.getLogger(__name__)
 
+PREPARING_NICENESS = 10
+"""How much lower a helper's CPU priority is while it imports and warms up. Its preparation only
+has to be over by the time the caller's work is done, and on a machine with as many busy
+processes as cores (two helpers and a simulation on two cores) an equal share would slow the
+caller's work, which is the command's critical path, by about a third."""
+
 _OPEN_IN_PARENT: set[int] = set()
 """Pipe ends held by the parent for its helpers: a helper forked later closes its copies of them."""
 
@@ -146,6 +152,7 @@ def _serve(modules: tuple[str, ...], warm_ups: tuple[str, ...], down: int, up: i
         received: list[bytes | None] = []
         reader = threading.Thread(target=lambda: received.append(_receive(down)), name="prefork-receive")
         reader.start()
+        before = _step_back()
         for name in modules:
             # A missing module: the call's own import raises it again, and the parent reports it.
             with contextlib.suppress(ImportError):
@@ -153,6 +160,7 @@ def _serve(modules: tuple[str, ...], warm_ups: tuple[str, ...], down: int, up: i
         for name in warm_ups:
             _warm_up(name)
         reader.join()
+        _step_forward(before)
         message = received[0] if received else None
         code = 0
         if message is not None:
@@ -160,6 +168,29 @@ def _serve(modules: tuple[str, ...], warm_ups: tuple[str, ...], down: int, up: i
             _send(up, pickle.dumps(_outcome(fn, arg), protocol=pickle.HIGHEST_PROTOCOL))
     finally:
         os._exit(code)  # no atexit handlers, no flush of buffers copied from the parent
+
+
+def _step_back() -> int | None:
+    """Lower this process's CPU priority by :data:`PREPARING_NICENESS`; the priority it had, or None."""
+    try:
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        os.setpriority(os.PRIO_PROCESS, 0, min(before + PREPARING_NICENESS, 19))
+    except OSError:
+        _LOG.info("could not lower the helper's CPU priority; it prepares at the caller's", exc_info=True)
+        return None
+    return before
+
+
+def _step_forward(before: int | None) -> None:
+    """Give the call its priority back: the command now waits for it (its outputs are the critical
+    path). Raising a priority needs privilege (root, or RLIMIT_NICE); without it the call runs at
+    the lower one, which only slows it where other processes compete for the cores."""
+    if before is None:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, before)
+    except OSError:
+        _LOG.info("could not restore the helper's CPU priority; its call runs lower", exc_info=True)
 
 
 def _warm_up(name: str) -> None:

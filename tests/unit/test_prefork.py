@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from loadmaster.errors import ConfigError
-from loadmaster.prefork import HelperError, Prefork
+from loadmaster.prefork import PREPARING_NICENESS, HelperError, Prefork
 
 
 def _write(arg: tuple[Path, np.ndarray]) -> None:
@@ -122,3 +122,28 @@ def test_without_fork_warm_ups_are_not_run(tmp_path: Path) -> None:
     helper.submit(_write_marks, tmp_path / "marks")
     helper.wait()
     assert (tmp_path / "marks").read_text() == ""  # the call ran here, cold, and wrote the same files
+
+
+_PRIORITIES: list[int] = []
+
+
+def note_priority() -> None:
+    """A warm-up that notes the helper's CPU priority while it prepares."""
+    _PRIORITIES.append(os.getpriority(os.PRIO_PROCESS, 0))
+
+
+def _write_priorities(path: Path) -> None:
+    path.write_text(" ".join(map(str, [*_PRIORITIES, os.getpriority(os.PRIO_PROCESS, 0)])))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_helper_prepares_at_a_lower_priority_and_runs_the_call_at_the_caller_s(tmp_path: Path) -> None:
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    helper = Prefork([], warm_ups=[f"{__name__}:note_priority"])
+    helper.submit(_write_priorities, tmp_path / "priorities")
+    helper.wait()
+    preparing, calling = map(int, (tmp_path / "priorities").read_text().split())
+    assert preparing == min(ours + PREPARING_NICENESS, 19)
+    # Raising a priority back needs privilege (root or RLIMIT_NICE); without it the call stays lower.
+    privileged = os.geteuid() == 0
+    assert calling == ours if privileged else calling in {ours, preparing}
