@@ -20,6 +20,7 @@ import os
 import pickle
 import signal
 import struct
+import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
@@ -37,9 +38,9 @@ which a copy of the pipe inherited by another forked process would hold back."""
 _LOG = logging.getLogger(__name__)
 
 PREPARING_NICENESS = 10
-"""How much lower a helper's CPU priority is while it imports and warms up. Its preparation only
-has to be over by the time the caller's work is done, and on a machine with as many busy
-processes as cores (two helpers and a simulation on two cores) an equal share would slow the
+"""How much lower the CPU priority of a helper's imports and warm-ups is (:class:`Preparation`).
+They only have to be over by the time the caller's work is done, and on a machine with as many
+busy processes as cores (two helpers and a simulation on two cores) an equal share would slow the
 caller's work, which is the command's critical path, by about a third."""
 
 _OPEN_IN_PARENT: set[int] = set()
@@ -55,8 +56,9 @@ class Prefork:
     one submitted call.
 
     ``warm_ups`` are ``"module:function"`` names of functions without arguments, called in order
-    once the imports are done (after them, a call submitted meanwhile waits): work a library does
-    only the first time (fonts, lazily imported validators), done while this process works. They
+    once the imports are done: work a library does only the first time (fonts, lazily imported
+    validators), done while this process works. A call submitted before they are over waits for
+    the step in progress and the imports left, not for the warm-ups left (:class:`Preparation`). They
     must leave no trace the call could see; one that raises is logged and the rest still run.
     """
 
@@ -150,17 +152,20 @@ def _serve(modules: tuple[str, ...], warm_ups: tuple[str, ...], down: int, up: i
         # Read while importing: a call's argument is larger than a pipe holds, and the parent
         # would otherwise wait, in submit, for the imports to end.
         received: list[bytes | None] = []
-        reader = threading.Thread(target=lambda: received.append(_receive(down)), name="prefork-receive")
+        arrived = threading.Event()
+
+        def receive() -> None:
+            received.append(_receive(down))
+            arrived.set()
+
+        reader = threading.Thread(target=receive, name="prefork-receive")
         reader.start()
-        before = _step_back()
-        for name in modules:
-            # A missing module: the call's own import raises it again, and the parent reports it.
-            with contextlib.suppress(ImportError):
-                importlib.import_module(name)
-        for name in warm_ups:
-            _warm_up(name)
+        preparation = Preparation(modules, warm_ups, arrived)
+        preparer = threading.Thread(target=preparation.run, name="prefork-prepare")
+        preparer.start()
         reader.join()
-        _step_forward(before)
+        preparer.join()  # it stops after the step it is in once the call has come
+        preparation.finish()  # on this thread, at the caller's priority: the command waits now
         message = received[0] if received else None
         code = 0
         if message is not None:
@@ -170,27 +175,72 @@ def _serve(modules: tuple[str, ...], warm_ups: tuple[str, ...], down: int, up: i
         os._exit(code)  # no atexit handlers, no flush of buffers copied from the parent
 
 
-def _step_back() -> int | None:
-    """Lower this process's CPU priority by :data:`PREPARING_NICENESS`; the priority it had, or None."""
-    try:
-        before = os.getpriority(os.PRIO_PROCESS, 0)
-        os.setpriority(os.PRIO_PROCESS, 0, min(before + PREPARING_NICENESS, 19))
-    except OSError:
-        _LOG.info("could not lower the helper's CPU priority; it prepares at the caller's", exc_info=True)
-        return None
-    return before
+class Preparation:
+    """A helper's imports and warm-ups, run on a thread of lower CPU priority until the call comes.
+
+    Until then nothing waits for them, and on a machine with as many busy processes as cores the
+    caller's work (the simulation: the command's critical path) should not share its core with
+    them. Once the call has come the command waits for this helper, so the thread stops after the
+    step it is in and :meth:`finish`, on the helper's main thread, which was never lowered, does
+    the imports left (the warm-ups left are skipped: the call does their first-use work itself).
+    Lowering a priority needs no privilege, raising it back does (CAP_SYS_NICE, or RLIMIT_NICE),
+    which is why the call never runs on the lowered thread.
+    """
+
+    def __init__(self, modules: Sequence[str], warm_ups: Sequence[str], arrived: threading.Event) -> None:
+        self.steps: list[tuple[str, str]] = [("import", m) for m in modules] + [("warm", w) for w in warm_ups]
+        self.arrived = arrived
+        self.done = 0
+        """Steps taken so far (by the lowered thread, then by :meth:`finish`)."""
+
+    def run(self) -> None:
+        """Lower this thread's priority, then take the steps until the call comes."""
+        _lower_this_thread()
+        while self.done < len(self.steps) and not self.arrived.is_set():
+            _take(self.steps[self.done])
+            self.done += 1
+
+    def finish(self) -> None:
+        """The imports :meth:`run` left; its warm-ups left are dropped."""
+        for kind, name in self.steps[self.done :]:
+            if kind == "import":
+                _take((kind, name))
+        self.done = len(self.steps)
 
 
-def _step_forward(before: int | None) -> None:
-    """Give the call its priority back: the command now waits for it (its outputs are the critical
-    path). Raising a priority needs privilege (root, or RLIMIT_NICE); without it the call runs at
-    the lower one, which only slows it where other processes compete for the cores."""
-    if before is None:
+NICE_MAX = 19
+"""The lowest CPU priority (highest nice value) Linux allows; a lower request is an error there."""
+
+
+def _lower_this_thread() -> None:
+    """Lower the calling thread's CPU priority by :data:`PREPARING_NICENESS` (Linux only).
+
+    On Linux the nice value belongs to a thread, and ``setpriority(PRIO_PROCESS, 0)`` changes the
+    calling one's; elsewhere (macOS, the BSDs) it is the whole process's, which would lower the
+    call too, so nothing is done there.
+    """
+    if sys.platform != "linux":
         return
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, before)
-    except OSError:
-        _LOG.info("could not restore the helper's CPU priority; its call runs lower", exc_info=True)
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        os.setpriority(os.PRIO_PROCESS, 0, min(before + PREPARING_NICENESS, NICE_MAX))
+    except OSError as exc:  # a sandbox that forbids it: the helper prepares at the caller's priority
+        _LOG.debug("could not lower the helper's preparing thread's priority: %s", exc)
+
+
+def _take(step: tuple[str, str]) -> None:
+    kind, name = step
+    if kind == "warm":
+        _warm_up(name)
+    else:
+        _import(name)
+
+
+def _import(module: str) -> None:
+    """Import ``module``; a missing one is left for the call, whose own import raises it again
+    (the parent then reports it)."""
+    with contextlib.suppress(ImportError):
+        importlib.import_module(module)
 
 
 def _warm_up(name: str) -> None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from loadmaster import prefork
 from loadmaster.errors import ConfigError
-from loadmaster.prefork import PREPARING_NICENESS, HelperError, Prefork
+from loadmaster.prefork import NICE_MAX, PREPARING_NICENESS, HelperError, Prefork, Preparation
 
 
 def _write(arg: tuple[Path, np.ndarray]) -> None:
@@ -98,9 +102,29 @@ def _write_marks(path: Path) -> None:
     path.write_text(" ".join(map(str, _WARMED)))
 
 
+_READY: list[Path] = []
+"""Where :func:`signal_ready` leaves its file (set before the fork, so the helper inherits it)."""
+
+
+def signal_ready() -> None:
+    """A last warm-up: its file says the ones before it are over, so a call sent now finds them done."""
+    _READY[-1].write_text("ready")
+
+
+def _helper_when_ready(tmp_path: Path, warm_ups: list[str]) -> Prefork:
+    """A helper given ``warm_ups`` and :func:`signal_ready`, returned once they are all over."""
+    _READY.append(tmp_path / "ready")
+    helper = Prefork([], warm_ups=[*warm_ups, f"{__name__}:signal_ready"])
+    deadline = time.monotonic() + 30
+    while not _READY[-1].exists():
+        assert time.monotonic() < deadline, "the helper's warm-ups did not end in 30 s"
+        time.sleep(0.01)
+    return helper
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_warm_ups_run_in_the_helper_before_the_call(tmp_path: Path) -> None:
-    helper = Prefork(["json"], warm_ups=[f"{__name__}:warm_once", f"{__name__}:warm_once"])
+    helper = _helper_when_ready(tmp_path, [f"{__name__}:warm_once", f"{__name__}:warm_once"])
     helper.submit(_write_marks, tmp_path / "marks")
     helper.wait()
     marks = (tmp_path / "marks").read_text().split()
@@ -111,7 +135,7 @@ def test_warm_ups_run_in_the_helper_before_the_call(tmp_path: Path) -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_failing_or_unknown_warm_up_does_not_stop_the_call(tmp_path: Path) -> None:
     names = [f"{__name__}:fail_to_warm", "loadmaster_no_such_module:f", f"{__name__}:warm_once"]
-    helper = Prefork([], warm_ups=names)
+    helper = _helper_when_ready(tmp_path, names)
     helper.submit(_write_marks, tmp_path / "marks")
     helper.wait()
     assert len((tmp_path / "marks").read_text().split()) == 1  # the warm-ups after the failures ran
@@ -128,7 +152,7 @@ _PRIORITIES: list[int] = []
 
 
 def note_priority() -> None:
-    """A warm-up that notes the helper's CPU priority while it prepares."""
+    """A warm-up that notes the CPU priority of the thread it runs on."""
     _PRIORITIES.append(os.getpriority(os.PRIO_PROCESS, 0))
 
 
@@ -136,14 +160,45 @@ def _write_priorities(path: Path) -> None:
     path.write_text(" ".join(map(str, [*_PRIORITIES, os.getpriority(os.PRIO_PROCESS, 0)])))
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own priority is Linux's")
 def test_a_helper_prepares_at_a_lower_priority_and_runs_the_call_at_the_caller_s(tmp_path: Path) -> None:
     ours = os.getpriority(os.PRIO_PROCESS, 0)
-    helper = Prefork([], warm_ups=[f"{__name__}:note_priority"])
+    helper = _helper_when_ready(tmp_path, [f"{__name__}:note_priority"])
     helper.submit(_write_priorities, tmp_path / "priorities")
     helper.wait()
     preparing, calling = map(int, (tmp_path / "priorities").read_text().split())
-    assert preparing == min(ours + PREPARING_NICENESS, 19)
-    # Raising a priority back needs privilege (root or RLIMIT_NICE); without it the call stays lower.
-    privileged = os.geteuid() == 0
-    assert calling == ours if privileged else calling in {ours, preparing}
+    assert preparing == min(ours + PREPARING_NICENESS, NICE_MAX)
+    assert calling == ours  # the call runs on the thread that was never lowered: no privilege needed
+    assert os.getpriority(os.PRIO_PROCESS, 0) == ours
+
+
+def test_a_call_that_comes_during_the_preparation_skips_the_warm_ups_left_not_the_imports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    arrived = threading.Event()
+    imported: list[str] = []
+    monkeypatch.setattr(prefork, "_import", imported.append)
+    _ARRIVE.append(arrived.set)
+    preparation = Preparation([], [], arrived)
+    preparation.steps = [
+        ("warm", f"{__name__}:arrive_now"),
+        ("import", "a"),
+        ("warm", f"{__name__}:warm_once"),
+    ]
+    before = list(_WARMED)
+    preparation.run()
+    assert preparation.done == 1 and not imported  # stopped after the step in which the call came
+    preparation.finish()
+    assert imported == ["a"]  # the import left is done, on the caller's thread
+    assert before == _WARMED  # the warm-up left is dropped: the call does its work itself
+    assert preparation.done == len(preparation.steps)
+
+
+_ARRIVE: list[object] = []
+
+
+def arrive_now() -> None:
+    """A warm-up during which the call comes (what :data:`_ARRIVE` holds does it)."""
+    action = _ARRIVE[-1]
+    assert callable(action)
+    action()

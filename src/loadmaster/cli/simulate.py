@@ -16,6 +16,7 @@ from rich.table import Table
 from loadmaster.cli.output import console, count_progress, working
 from loadmaster.config import (
     BUILTIN_CLUSTERS,
+    BUILTIN_PROFILES,
     BUILTIN_WORKLOADS,
     Cluster,
     Workload,
@@ -54,7 +55,7 @@ def simulate(  # noqa: PLR0917 - typer maps each option to a parameter
     ] = DEFAULT_PROFILES,
     profiles_file: Annotated[
         str, typer.Option(help="Profiles file (default: the built-in profiles)")
-    ] = "builtin",
+    ] = BUILTIN_PROFILES,
     out: Annotated[Path, typer.Option(help="Folder for the report, metrics and job tables")] = Path("out"),
     jobs: Annotated[int | None, typer.Option(min=1, help="Override the workload's number of jobs")] = None,
     load: Annotated[float | None, typer.Option(help="Override the workload's load ratio (> 0)")] = None,
@@ -262,7 +263,7 @@ def _fmt(value: float) -> str:
 def list_profiles(
     profiles_file: Annotated[
         str, typer.Argument(help="Profiles file (default: the built-in profiles)")
-    ] = "builtin",
+    ] = BUILTIN_PROFILES,
 ) -> None:
     """List the profiles of a file (validating it) and the plugins they may use."""
     table = Table(title=f"Profiles in {profiles_file}")

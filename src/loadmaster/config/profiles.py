@@ -132,7 +132,7 @@ def load_selected(names: Sequence[str], source: str, name_or_path: str = BUILTIN
     ``simulate`` of one or two profiles would otherwise spend before its first cycle.
     """
     if name_or_path != BUILTIN_PROFILES:
-        return select_profiles(load_profiles(name_or_path), list(names), source)
+        return select_profiles(load_profiles(name_or_path), names, source)
     doc = find_document("profiles", name_or_path, (BUILTIN_PROFILES,))
     spec = validate(ProfilesFile, doc)
     _check_known(names, spec.profiles, source)
@@ -140,13 +140,14 @@ def load_selected(names: Sequence[str], source: str, name_or_path: str = BUILTIN
     return [built[name] for name in names]
 
 
-def select_profiles(available: Mapping[str, Profile], names: list[str], source: str) -> list[Profile]:
+def select_profiles(available: Mapping[str, Profile], names: Sequence[str], source: str) -> list[Profile]:
     """The profiles named on the command line, in that order; unknown names are an error."""
     _check_known(names, available, source)
     return [available[n] for n in names]
 
 
 def _check_known(names: Sequence[str], available: Collection[str], source: str) -> None:
+    """A ConfigError naming the first of ``names`` not ``available``, with every available name."""
     missing = [n for n in names if n not in available]
     if missing:
         raise ConfigError(
