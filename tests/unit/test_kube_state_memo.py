@@ -88,3 +88,26 @@ def test_a_job_that_left_keeps_none_of_its_pods() -> None:
         assert set(state._jobs) == {f"team-a/{name}" for name in gangs}
         kept = {id(pod) for pods, *_ in state._jobs.values() for pod in pods}
         assert kept <= {id(pod) for pod in state.objects["pods"].values()}
+
+
+def test_unchanged_nodes_are_not_translated_again_and_a_changed_one_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = a_state(running("a", 2))
+    first = state.view()
+    read: list[str] = []
+    original = tr.node_from
+    monkeypatch.setattr(tr, "node_from", lambda node: read.append(node["metadata"]["name"]) or original(node))
+    second = state.view()
+    assert read == []
+    assert first is not None and second is not None
+    assert second.snapshot.nodes is first.snapshot.nodes  # the same table, as before the memo
+    relabelled = copy.deepcopy(state.objects["nodes"]["n1"])  # an informer event: a new object
+    relabelled["metadata"].setdefault("labels", {})[tr.POOL_LABEL] = "other"
+    state.apply("nodes", "MODIFIED", relabelled)
+    third = state.view()
+    assert read == ["n0", "n1"]  # every node read again once one changed (the table's key compares all)
+    assert third is not None and third.snapshot.nodes.nodes[1].pool == "other"
+    state.apply("nodes", "DELETED", relabelled)
+    fourth = state.view()
+    assert fourth is not None and fourth.node_names == ("n0",)
