@@ -97,6 +97,7 @@ def forget(state: KubeState) -> None:
     state._requests.clear()
     state._jobs.clear()
     state._class_objects = ()
+    state._node_objects = ()
 
 
 def main() -> None:
