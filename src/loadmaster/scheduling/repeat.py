@@ -24,7 +24,7 @@ filters), so a skipped cycle consumes what a full one does: nothing.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +34,7 @@ from loadmaster.model import ClusterSnapshot, NodeTable, PendingJob
 from loadmaster.scheduling.decisions import CycleResult
 from loadmaster.scheduling.framework import GpuChoicePlugin
 from loadmaster.scheduling.profile import Profile
+from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.status import Status
 
 IntArray = npt.NDArray[np.int64]
@@ -170,3 +171,91 @@ def _heads(pending: Collection[PendingJob], queues: frozenset[str]) -> tuple[Pen
             if len(seen) >= len(queues):
                 break
     return tuple(heads)
+
+
+def carries_failures(profile: Profile) -> bool:
+    """Whether ``profile``'s failures of a cycle that bound nothing hold, unchanged, in the next one
+    on the same free resources (:class:`CarriedFailures`): a non-strict queue in submission order
+    (a strict one repeats whole cycles instead, :class:`RepeatCycles`), with everything else that
+    :func:`skips_repeats` asks: no admission, backfill or preemption, filters that read only the
+    job and the node table, pure scores, no GPU choice and no topology plugin."""
+    order = profile.order
+    scores = [plugin for plugin, _ in profile.scores]
+    return (
+        tuple(profile.actions) == ("allocate",)
+        and not any(p.strict for p in order)
+        and all(p.follows_submission_order for p in order)
+        and not any(p.splits_queues or p.commits_head for p in order)
+        and not profile.admit
+        and all(p.reads_nodes_only for p in profile.filters)
+        and all(p.pure and not isinstance(p, GpuChoicePlugin) for p in scores)
+        and profile.place_gang is None
+    )
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class _Failures:
+    """What a cycle that bound nothing read and what it found could not be placed."""
+
+    nodes: NodeTable
+    free: tuple[tuple[tuple[int, ...], np.dtype[np.int64], bytes], ...]
+    queue: list[PendingJob]
+    """The queue it walked, in order."""
+    failed_shapes: dict[Hashable, Status]
+    failed_requests: dict[Hashable, list[tuple[tuple[int, int, int, int], Status]]]
+    as_for_smaller: dict[int, tuple[Status, Status]]
+    place_failures: dict[Hashable, tuple[int, Status]]
+
+
+class CarriedFailures:
+    """The failure memos of the last cycle that bound nothing, handed to the next one where they hold.
+
+    An overloaded cluster's steady state under a non-strict queue: a job arrives, the walk tries
+    every shape of the queue on the same full cluster, each fails as it did in the last cycle, and
+    only the new job's shape is new. A placement that fails is a function of the job's shape and
+    the state (:func:`carries_failures`), and in a cycle that bound nothing the state never changed,
+    so each failure that cycle found is the one a walk on the same state would find again; the
+    order matters only for which smaller request a larger one is said to fail like
+    (``allocate._dominated`` cites the first it kept), so the memos are handed over only if the
+    last cycle's queue is the start of this one's, in the same order: the walk then meets the same
+    jobs first, finds each failure in the memo, and reaches the new jobs with the memos a full walk
+    would have by then. Same statuses, same decisions; only the placement attempts are saved.
+    """
+
+    def __init__(self) -> None:
+        self._last: _Failures | None = None
+        self.carried = 0
+        """Cycles that started with the last cycle's failures (for benchmarks and tests)."""
+
+    def seed(self, snapshot: ClusterSnapshot, session: Session) -> None:
+        """Start ``session`` with the last cycle's failure memos if everything they depend on holds."""
+        last, self._last = self._last, None
+        if last is None or snapshot.nodes is not last.nodes or snapshot.mig is not None:
+            return
+        if not _unchanged(_free(snapshot), last.free):
+            return
+        queue = session.queue if isinstance(session.queue, list | tuple) else list(session.queue)
+        # Elementwise identity first (a list compares each pair with ``is`` before ``==``).
+        if len(queue) < len(last.queue) or list(queue[: len(last.queue)]) != last.queue:
+            return
+        session.failed_shapes = last.failed_shapes
+        session.failed_requests = last.failed_requests
+        session.as_for_smaller = last.as_for_smaller
+        session.place_failures = last.place_failures
+        self.carried += 1
+
+    def remember(self, snapshot: ClusterSnapshot, session: Session) -> None:
+        """Keep ``session``'s failure memos for the next cycle if it bound nothing (no decision at all)."""
+        self._last = None
+        if session.decisions or snapshot.mig is not None or session.state_version:
+            return
+        free = tuple((array.shape, array.dtype, array.tobytes()) for array in _free(snapshot))
+        self._last = _Failures(
+            snapshot.nodes,
+            free,
+            list(session.queue),
+            session.failed_shapes,
+            session.failed_requests,
+            session.as_for_smaller,
+            session.place_failures,
+        )

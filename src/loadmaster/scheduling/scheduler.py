@@ -17,7 +17,7 @@ from loadmaster.scheduling.actions import admit, allocate, backfill, preempt
 from loadmaster.scheduling.decisions import Bind, CycleResult
 from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
-from loadmaster.scheduling.repeat import RepeatCycles, skips_repeats
+from loadmaster.scheduling.repeat import CarriedFailures, RepeatCycles, carries_failures, skips_repeats
 from loadmaster.scheduling.reservation import ReleaseBook, Reservation, SearchMemo
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
@@ -46,7 +46,9 @@ class Scheduler:
     until it starts; and the last cycle's backfill reservations, so that a job
     starts on the GPUs it was promised (see ``actions.promise``); and, for a
     strict FIFO profile, the last cycle that bound nothing, with what it read,
-    so that a cycle that would repeat it returns its result (``repeat``); and,
+    so that a cycle that would repeat it returns its result (``repeat``); for a
+    non-strict one, that cycle's failures, which the next cycle on the same
+    free resources starts with (``repeat.CarriedFailures``); and,
     where backfill runs periodically (``ReservePlugin.pass_interval_s``), when
     the next backfill walk is due and whether a cycle since the last one
     skipped it (:meth:`wake_s` then asks for a cycle at that time).
@@ -81,6 +83,8 @@ class Scheduler:
         """Lane -> id of the head job committed to in the last cycle (only when ``_commits``)."""
         self._repeats = RepeatCycles() if skips_repeats(profile) else None
         """The last cycle that bound nothing, where the profile's such cycles can be repeated exactly."""
+        self._carried = CarriedFailures() if carries_failures(profile) else None
+        """The failures of the last cycle that bound nothing, where the profile's hold in the next."""
         reserve = profile.reserve
         self._pass_interval_s = reserve[0].pass_interval_s if reserve else None
         self._next_pass_s = -math.inf
@@ -173,8 +177,12 @@ class Scheduler:
                 self._next_pass_s = now + self._pass_interval_s
             self._pass_owed = not session.backfill_walk
             self.skipped_walks += self._pass_owed
+        if self._carried is not None:
+            self._carried.seed(snapshot, session)
         for action in self.profile.actions:
             _ACTIONS[action](session)
+        if self._carried is not None:
+            self._carried.remember(snapshot, session)
         if self._commits:
             self._heads = _first_waiting(session)
         return CycleResult(

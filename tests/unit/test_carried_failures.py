@@ -1,0 +1,153 @@
+"""A non-strict cycle starts with the failures of the last cycle that bound nothing, where they hold.
+
+``scheduling.repeat.CarriedFailures``: each case runs the same cycles through a scheduler that
+carries the failure memos over and one that never does, and compares everything a driver reads:
+the decisions, every pending job's status (which the simulator writes into the job table) and the
+random stream. The cases where something the failures depend on changed (free resources, a job
+that sorts ahead of the last cycle's queue, a cycle that bound) must start afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from builders import a_cluster, a_job, a_snapshot, profile
+from loadmaster.config import load_cluster, load_profiles, load_workload
+from loadmaster.model import ClusterSnapshot, Job, JobTable, NodeTable, TraceJob
+from loadmaster.scheduling import CycleResult, Decision, Profile, Scheduler
+from loadmaster.scheduling.repeat import carries_failures
+from loadmaster.sim import SimOptions, simulate
+
+CLUSTER = a_cluster().nodes(2, gpus=8).build()
+WIDE = a_job("wide").tasks(2).gpus(8).submitted(10).build()
+"""Two whole nodes: fails while anything runs."""
+BIG = a_job("big").gpus(6).submitted(20).build()
+"""Fails on n1 once 4 GPUs of it are used, and on n0 (full)."""
+BIGGER = a_job("bigger").gpus(7).submitted(30).build()
+"""Asks more of everything than ``big``: fails as for a smaller request."""
+
+Seen = tuple[tuple[Decision, ...], list[tuple[str, str]]]
+
+
+def _snapshot(*pending: Job, used: int = 4) -> ClusterSnapshot:
+    """n0 full, ``used`` GPUs of n1 taken (new arrays and pending objects each time, as a live driver's)."""
+    return a_snapshot(CLUSTER).used("n0", 8).used("n1", used).pending(*pending).build()
+
+
+def _view(result: CycleResult, snapshot: ClusterSnapshot, chosen: Profile) -> Seen:
+    statuses = [(p.job.id, str(result.status_of(p.job.id, chosen.lane(p.job)))) for p in snapshot.pending]
+    return result.decisions, statuses
+
+
+def _fresh(chosen: Profile) -> Scheduler:
+    scheduler = Scheduler(chosen)
+    scheduler._carried = None
+    return scheduler
+
+
+def _both(chosen: Profile, snapshots: list[tuple[ClusterSnapshot, float]]) -> tuple[Scheduler, list[Seen]]:
+    carrying, fresh = Scheduler(chosen), _fresh(chosen)
+    rng_carrying, rng_fresh = np.random.default_rng(5), np.random.default_rng(5)
+    seen: list[Seen] = []
+    for snapshot, now in snapshots:
+        carried = _view(carrying.cycle(snapshot, now, rng_carrying), snapshot, chosen)
+        full = _view(fresh.cycle(snapshot, now, rng_fresh), snapshot, chosen)
+        assert carried == full
+        assert rng_carrying.bit_generator.state == rng_fresh.bit_generator.state
+        seen.append(carried)
+    return carrying, seen
+
+
+def _carried(scheduler: Scheduler) -> int:
+    assert scheduler._carried is not None
+    return scheduler._carried.carried
+
+
+def test_an_arrival_on_the_same_full_cluster_starts_with_the_last_failures() -> None:
+    chosen = load_profiles()["kube-default"]
+    late = a_job("late").gpus(8).submitted(40).build()
+    cycles = [(_snapshot(WIDE, BIG, BIGGER), 100.0), (_snapshot(WIDE, BIG, BIGGER, late), 200.0)]
+    carrying, seen = _both(chosen, cycles)
+    assert _carried(carrying) == 1
+    reasons = dict(seen[1][1])
+    assert "as for a smaller request" in reasons["bigger"]
+    assert "as for a smaller request" in reasons["late"]  # found among the carried failures
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        pytest.param(lambda: _snapshot(WIDE, BIG, BIGGER, used=3), id="a job ended"),
+        pytest.param(lambda: _snapshot(WIDE, BIG, BIGGER, used=5), id="a job started elsewhere"),
+        pytest.param(
+            lambda: _snapshot(a_job("early").gpus(7).submitted(5).build(), WIDE, BIG, BIGGER),
+            id="a job that sorts ahead arrived",
+        ),
+        pytest.param(lambda: _snapshot(WIDE, BIGGER), id="a job of the last queue left"),
+    ],
+)
+def test_a_cycle_after_a_change_starts_afresh(second: Callable[[], ClusterSnapshot]) -> None:
+    chosen = load_profiles()["kube-default"]
+    carrying, _ = _both(chosen, [(_snapshot(WIDE, BIG, BIGGER), 0.0), (second(), 1.0)])
+    assert _carried(carrying) == 0
+
+
+def test_a_cycle_that_bound_hands_nothing_on() -> None:
+    chosen = load_profiles()["kube-default"]
+    small = a_job("small").gpus(1).submitted(25).build()
+    cycles = [(_snapshot(WIDE, BIG, small), 0.0), (_snapshot(WIDE, BIG), 1.0)]
+    carrying, seen = _both(chosen, cycles)
+    assert [d.job_id for d in seen[0][0]] == ["small"]
+    assert _carried(carrying) == 0
+
+
+def test_only_non_strict_profiles_whose_failures_depend_on_shape_and_state_carry_them() -> None:
+    profiles = load_profiles()
+    assert carries_failures(profiles["kube-default"]) and carries_failures(profiles["binpack-skip"])
+    shipped = ("binpack", "fifo", "sds", "nsml", "slurm", "fair", "learned", "spread")
+    assert not any(carries_failures(profiles[name]) for name in shipped)
+    assert carries_failures(profile("fifo", "gang", "binpack", strict=False))
+    assert not carries_failures(profile("fifo", "gang", "random", strict=False))  # scores draw
+
+
+class _Recording(Scheduler):
+    """The scheduler, also keeping every cycle's decisions and the status of every pending job."""
+
+    def __init__(self, chosen: Profile, *, carry: bool) -> None:
+        super().__init__(chosen)
+        if not carry:
+            self._carried = None
+        self.cycles: list[tuple[str, list[tuple[str, str]]]] = []
+
+    def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
+        result = super().cycle(snapshot, now, rng)
+        statuses = [
+            (p.job.id, str(result.status_of(p.job.id, self.profile.lane(p.job)))) for p in snapshot.pending
+        ]
+        self.cycles.append((repr(result.decisions), statuses))
+        return result
+
+
+def _run(name: str, nodes: NodeTable, jobs: list[TraceJob], *, carry: bool) -> tuple[JobTable, _Recording]:
+    scheduler = _Recording(load_profiles()[name], carry=carry)
+    return simulate(nodes, scheduler, jobs, SimOptions()).jobs, scheduler
+
+
+@pytest.mark.parametrize(
+    ("name", "load"), [("kube-default", 1.6), ("kube-default", 1.1), ("binpack-skip", 1.6)]
+)
+def test_a_simulation_that_carries_failures_is_the_same_run(name: str, load: float) -> None:
+    spec = load_cluster("lab")
+    trace = list(load_workload("lab", spec, jobs=600, load=load).jobs)
+    carried_table, carrying = _run(name, spec.nodes, trace, carry=True)
+    fresh_table, fresh = _run(name, spec.nodes, trace, carry=False)
+    assert _carried(carrying) > 0
+    assert carrying.cycles == fresh.cycles  # every cycle: the same binds, every job's status
+    for column in ("start_s", "end_s", "node_names", "reason", "wait_reason"):
+        assert (
+            np.asarray(getattr(carried_table, column)).tolist()
+            == np.asarray(getattr(fresh_table, column)).tolist()
+        ), column
