@@ -187,7 +187,7 @@ def carries_failures(profile: Profile) -> bool:
         and all(p.follows_submission_order for p in order)
         and not any(p.splits_queues or p.commits_head for p in order)
         and not profile.admit
-        and all(p.reads_nodes_only for p in profile.filters)
+        and all(p.reads_nodes_only and not p.marks_cycle for p in profile.filters)
         and all(p.pure and not isinstance(p, GpuChoicePlugin) for p in scores)
         and profile.place_gang is None
     )
@@ -198,13 +198,14 @@ class _Failures:
     """What a cycle that bound nothing read and what it found could not be placed."""
 
     nodes: NodeTable
+    shape_ids: Mapping[Hashable, int]
+    """The scheduler's numbering of shapes the memos' keys use (a new mapping when it is reset)."""
     free: tuple[tuple[tuple[int, ...], np.dtype[np.int64], bytes], ...]
     queue: list[PendingJob]
     """The queue it walked, in order."""
     failed_shapes: dict[Hashable, Status]
     failed_requests: dict[Hashable, list[tuple[tuple[int, int, int, int], Status]]]
     as_for_smaller: dict[int, tuple[Status, Status]]
-    place_failures: dict[Hashable, tuple[int, Status]]
 
 
 class CarriedFailures:
@@ -220,6 +221,12 @@ class CarriedFailures:
     last cycle's queue is the start of this one's, in the same order: the walk then meets the same
     jobs first, finds each failure in the memo, and reaches the new jobs with the memos a full walk
     would have by then. Same statuses, same decisions; only the placement attempts are saved.
+
+    The memos are keyed by shape numbers (``failed_shapes``; ``failed_requests`` by their static
+    part), so they are handed over only while the scheduler keeps the same numbering (its memos
+    are reset together when they grow too large: ``Scheduler._trim``). The failed placements
+    (``Session.place_failures``) are not handed over: they are keyed by the identity of a cycle's
+    allowed-node masks, which a later cycle may give to other masks.
     """
 
     def __init__(self) -> None:
@@ -232,6 +239,8 @@ class CarriedFailures:
         last, self._last = self._last, None
         if last is None or snapshot.nodes is not last.nodes or snapshot.mig is not None:
             return
+        if session.shape_ids is not last.shape_ids:  # renumbered: the keys name other shapes now
+            return
         if not _unchanged(_free(snapshot), last.free):
             return
         queue = session.queue if isinstance(session.queue, list | tuple) else list(session.queue)
@@ -241,7 +250,6 @@ class CarriedFailures:
         session.failed_shapes = last.failed_shapes
         session.failed_requests = last.failed_requests
         session.as_for_smaller = last.as_for_smaller
-        session.place_failures = last.place_failures
         self.carried += 1
 
     def remember(self, snapshot: ClusterSnapshot, session: Session) -> None:
@@ -252,10 +260,10 @@ class CarriedFailures:
         free = tuple((array.shape, array.dtype, array.tobytes()) for array in _free(snapshot))
         self._last = _Failures(
             snapshot.nodes,
+            session.shape_ids,
             free,
             list(session.queue),
             session.failed_shapes,
             session.failed_requests,
             session.as_for_smaller,
-            session.place_failures,
         )
