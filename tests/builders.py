@@ -45,6 +45,7 @@ from loadmaster.scheduling import (
     PLUGINS,
     Bind,
     CycleResult,
+    Decision,
     PluginSpec,
     Profile,
     Scheduler,
@@ -366,6 +367,56 @@ class RecordingScheduler(Scheduler):
 
     def binds_of(self, job_id: str) -> list[TimedBind]:
         return [b for b in self.binds if b.bind.job_id == job_id]
+
+
+CycleSeen = tuple[tuple[Decision, ...], list[tuple[str, str]]]
+"""What a driver reads of a cycle: the decisions and every pending job's status, as text."""
+
+
+def same_cycles(
+    profile: Profile, snapshots: Sequence[tuple[ClusterSnapshot, float]], *, off: Sequence[str], seed: int = 3
+) -> tuple[Scheduler, list[CycleSeen], np.random.Generator]:
+    """Run ``snapshots`` through a Scheduler and one with the shortcuts ``off`` turned off (see
+    :class:`StatusLog`); assert that each cycle gives both the same decisions, statuses and draws.
+    Returns the first scheduler, what each cycle gave, and its random stream."""
+    fast, full = Scheduler(profile), Scheduler(profile)
+    for shortcut in off:
+        setattr(full, shortcut, None)
+    rng_fast, rng_full = np.random.default_rng(seed), np.random.default_rng(seed)
+    seen: list[CycleSeen] = []
+    for snapshot, now in snapshots:
+        got = [
+            _seen(scheduler.cycle(snapshot, now, rng), snapshot, profile)
+            for scheduler, rng in ((fast, rng_fast), (full, rng_full))
+        ]
+        assert got[0] == got[1]
+        assert rng_fast.bit_generator.state == rng_full.bit_generator.state
+        seen.append(got[0])
+    return fast, seen, rng_fast
+
+
+def _seen(result: CycleResult, snapshot: ClusterSnapshot, profile: Profile) -> CycleSeen:
+    statuses = [(p.job.id, str(result.status_of(p.job.id, profile.lane(p.job)))) for p in snapshot.pending]
+    return result.decisions, statuses
+
+
+class StatusLog(Scheduler):
+    """A Scheduler that also keeps every cycle's decisions and the status of every pending job (as the
+    simulator reads them), with the shortcuts named in ``off`` turned off: the run to compare with."""
+
+    def __init__(self, profile: Profile, *, off: Sequence[str] = ()) -> None:
+        super().__init__(profile)
+        for shortcut in off:  # "_repeats", "_carried": the scheduler then never takes that shortcut
+            setattr(self, shortcut, None)
+        self.cycles: list[tuple[str, list[tuple[str, str]]]] = []
+
+    def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
+        result = super().cycle(snapshot, now, rng)
+        statuses = [
+            (p.job.id, str(result.status_of(p.job.id, self.profile.lane(p.job)))) for p in snapshot.pending
+        ]
+        self.cycles.append((repr(result.decisions), statuses))
+        return result
 
 
 def cycle(

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 
-from builders import a_cluster, a_job, a_snapshot, profile
+from builders import (
+    CycleSeen,
+    StatusLog,
+    a_cluster,
+    a_job,
+    a_snapshot,
+    assert_same_tables,
+    profile,
+    same_cycles,
+)
 from loadmaster.config import load_cluster, load_profiles, load_workload
 from loadmaster.model import ClusterSnapshot, Job, JobTable, NodeTable, TraceJob
-from loadmaster.scheduling import CycleResult, Decision, Profile, Scheduler
+from loadmaster.scheduling import Profile, Scheduler
 from loadmaster.scheduling import scheduler as scheduler_module
 from loadmaster.scheduling.repeat import carries_failures
 from loadmaster.sim import SimOptions, simulate
@@ -30,35 +38,20 @@ BIG = a_job("big").gpus(6).submitted(20).build()
 BIGGER = a_job("bigger").gpus(7).submitted(30).build()
 """Asks more of everything than ``big``: fails as for a smaller request."""
 
-Seen = tuple[tuple[Decision, ...], list[tuple[str, str]]]
-
 
 def _snapshot(*pending: Job, used: int = 4) -> ClusterSnapshot:
     """n0 full, ``used`` GPUs of n1 taken (new arrays and pending objects each time, as a live driver's)."""
     return a_snapshot(CLUSTER).used("n0", 8).used("n1", used).pending(*pending).build()
 
 
-def _view(result: CycleResult, snapshot: ClusterSnapshot, chosen: Profile) -> Seen:
-    statuses = [(p.job.id, str(result.status_of(p.job.id, chosen.lane(p.job)))) for p in snapshot.pending]
-    return result.decisions, statuses
+Seen = CycleSeen
 
 
-def _fresh(chosen: Profile) -> Scheduler:
-    scheduler = Scheduler(chosen)
-    scheduler._carried = None
-    return scheduler
-
-
-def _both(chosen: Profile, snapshots: list[tuple[ClusterSnapshot, float]]) -> tuple[Scheduler, list[Seen]]:
-    carrying, fresh = Scheduler(chosen), _fresh(chosen)
-    rng_carrying, rng_fresh = np.random.default_rng(5), np.random.default_rng(5)
-    seen: list[Seen] = []
-    for snapshot, now in snapshots:
-        carried = _view(carrying.cycle(snapshot, now, rng_carrying), snapshot, chosen)
-        full = _view(fresh.cycle(snapshot, now, rng_fresh), snapshot, chosen)
-        assert carried == full
-        assert rng_carrying.bit_generator.state == rng_fresh.bit_generator.state
-        seen.append(carried)
+def _both(
+    chosen: Profile, snapshots: list[tuple[ClusterSnapshot, float]]
+) -> tuple[Scheduler, list[CycleSeen]]:
+    """Run ``snapshots`` through a carrying scheduler and one that never carries; check each cycle agrees."""
+    carrying, seen, _ = same_cycles(chosen, snapshots, off=("_carried",), seed=5)
     return carrying, seen
 
 
@@ -144,26 +137,8 @@ def test_only_non_strict_profiles_whose_failures_depend_on_shape_and_state_carry
     assert not carries_failures(profile("fifo", "cuda-compat", "spread", strict=False))
 
 
-class _Recording(Scheduler):
-    """The scheduler, also keeping every cycle's decisions and the status of every pending job."""
-
-    def __init__(self, chosen: Profile, *, carry: bool) -> None:
-        super().__init__(chosen)
-        if not carry:
-            self._carried = None
-        self.cycles: list[tuple[str, list[tuple[str, str]]]] = []
-
-    def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
-        result = super().cycle(snapshot, now, rng)
-        statuses = [
-            (p.job.id, str(result.status_of(p.job.id, self.profile.lane(p.job)))) for p in snapshot.pending
-        ]
-        self.cycles.append((repr(result.decisions), statuses))
-        return result
-
-
-def _run(name: str, nodes: NodeTable, jobs: list[TraceJob], *, carry: bool) -> tuple[JobTable, _Recording]:
-    scheduler = _Recording(load_profiles()[name], carry=carry)
+def _run(name: str, nodes: NodeTable, jobs: list[TraceJob], *, carry: bool) -> tuple[JobTable, StatusLog]:
+    scheduler = StatusLog(load_profiles()[name], off=() if carry else ("_carried",))
     return simulate(nodes, scheduler, jobs, SimOptions()).jobs, scheduler
 
 
@@ -177,7 +152,4 @@ def test_a_simulation_that_carries_failures_is_the_same_run(name: str, load: flo
     fresh_table, fresh = _run(name, spec.nodes, trace, carry=False)
     assert _carried(carrying) > 0
     assert carrying.cycles == fresh.cycles  # every cycle: the same binds, every job's status
-    for column in ("start_s", "end_s"):  # a job that never started has NaN, which equals nothing
-        assert np.array_equal(getattr(carried_table, column), getattr(fresh_table, column), equal_nan=True)
-    for column in ("node_names", "reason", "wait_reason"):
-        assert list(getattr(carried_table, column)) == list(getattr(fresh_table, column)), column
+    assert_same_tables(carried_table, fresh_table)

@@ -16,10 +16,19 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from builders import a_cluster, a_job, a_snapshot, profile
+from builders import (
+    CycleSeen,
+    StatusLog,
+    a_cluster,
+    a_job,
+    a_snapshot,
+    assert_same_tables,
+    profile,
+    same_cycles,
+)
 from loadmaster.config import load_cluster, load_profiles, load_workload
 from loadmaster.model import ClusterSnapshot, Job, JobTable, NodeTable, TraceJob
-from loadmaster.scheduling import CycleResult, Decision, Profile, Scheduler, Status
+from loadmaster.scheduling import Profile, Scheduler
 from loadmaster.scheduling.repeat import skips_repeats
 from loadmaster.sim import SimOptions, simulate
 
@@ -29,39 +38,21 @@ HEAD = a_job("head").tasks(2).gpus(8).submitted(10).build()
 BEHIND = a_job("behind").gpus(1).submitted(20).build()
 """Would fit at once, but strict FIFO keeps it behind the head."""
 
-Seen = tuple[tuple[Decision, ...], list[tuple[str, Status | None]]]
-"""What a driver reads of a cycle: the decisions and every pending job's status."""
-
-
-def _full(chosen: Profile) -> Scheduler:
-    """A scheduler that never skips a cycle."""
-    scheduler = Scheduler(chosen)
-    scheduler._repeats = None
-    return scheduler
-
 
 def _snapshot(*pending: Job, used: int = 4) -> ClusterSnapshot:
     """``used`` GPUs of n0 taken (new arrays and new pending objects each time, as a live driver's)."""
     return a_snapshot(CLUSTER).used("n0", used).pending(*pending).build()
 
 
-def _view(result: CycleResult, snapshot: ClusterSnapshot, chosen: Profile) -> Seen:
-    statuses = [(p.job.id, result.status_of(p.job.id, chosen.lane(p.job))) for p in snapshot.pending]
-    return result.decisions, statuses
+Seen = CycleSeen
 
 
-def _both(chosen: Profile, snapshots: list[tuple[ClusterSnapshot, float]]) -> tuple[Scheduler, list[Seen]]:
+def _both(
+    chosen: Profile, snapshots: list[tuple[ClusterSnapshot, float]]
+) -> tuple[Scheduler, list[CycleSeen]]:
     """Run ``snapshots`` through a skipping scheduler and a full one; check each cycle agrees."""
-    skipping, full = Scheduler(chosen), _full(chosen)
-    rng_skipping, rng_full = np.random.default_rng(3), np.random.default_rng(3)
-    seen: list[Seen] = []
-    for snapshot, now in snapshots:
-        fast = _view(skipping.cycle(snapshot, now, rng_skipping), snapshot, chosen)
-        slow = _view(full.cycle(snapshot, now, rng_full), snapshot, chosen)
-        assert fast == slow
-        assert rng_skipping.bit_generator.state == rng_full.bit_generator.state
-        seen.append(fast)
-    assert rng_skipping.random() == np.random.default_rng(3).random()  # no cycle drew at all
+    skipping, seen, rng = same_cycles(chosen, snapshots, off=("_repeats",))
+    assert rng.random() == np.random.default_rng(3).random()  # no cycle drew at all
     return skipping, seen
 
 
@@ -153,26 +144,8 @@ def _in_two_lanes(jobs: list[TraceJob]) -> list[TraceJob]:
     ]
 
 
-class _Recording(Scheduler):
-    """The scheduler, also keeping every cycle's decisions and the status of every pending job."""
-
-    def __init__(self, chosen: Profile, *, skip: bool) -> None:
-        super().__init__(chosen)
-        if not skip:
-            self._repeats = None
-        self.cycles: list[tuple[str, list[tuple[str, str]]]] = []
-
-    def cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
-        result = super().cycle(snapshot, now, rng)
-        statuses = [
-            (p.job.id, str(result.status_of(p.job.id, self.profile.lane(p.job)))) for p in snapshot.pending
-        ]
-        self.cycles.append((repr(result.decisions), statuses))
-        return result
-
-
-def _run(name: str, nodes: NodeTable, jobs: list[TraceJob], *, skip: bool) -> tuple[JobTable, _Recording]:
-    scheduler = _Recording(load_profiles()[name], skip=skip)
+def _run(name: str, nodes: NodeTable, jobs: list[TraceJob], *, skip: bool) -> tuple[JobTable, StatusLog]:
+    scheduler = StatusLog(load_profiles()[name], off=() if skip else ("_repeats",))
     return simulate(nodes, scheduler, jobs, SimOptions()).jobs, scheduler
 
 
@@ -186,7 +159,4 @@ def test_a_simulation_with_skips_is_the_same_run(name: str, lanes: int) -> None:
     slow, full = _run(name, cluster.nodes, jobs, skip=False)
     assert skipping.skipped_cycles > 0
     assert skipping.cycles == full.cycles  # every cycle: the same binds, every job's status
-    for column in ("start_s", "end_s", "node_names", "reason", "wait_reason"):
-        assert np.asarray(getattr(fast, column)).tolist() == np.asarray(getattr(slow, column)).tolist(), (
-            column
-        )
+    assert_same_tables(fast, slow)
