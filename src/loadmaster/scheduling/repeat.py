@@ -53,11 +53,17 @@ def skips_repeats(profile: Profile) -> bool:
       no topology plugin: a placement that fails is a function of the job and the state.
     Permit plugins see only the job and the count placed.
     """
+    return any(p.strict for p in profile.order) and _fails_by_shape_and_state(profile)
+
+
+def _fails_by_shape_and_state(profile: Profile) -> bool:
+    """What :func:`skips_repeats` and :func:`carries_failures` both ask: ``allocate`` alone, a
+    queue in submission order with no lanes of its own or committed heads, no admission, filters
+    that read only the job and the node table, pure scores, no GPU choice and no topology plugin."""
     order = profile.order
     scores = [plugin for plugin, _ in profile.scores]
     return (
         tuple(profile.actions) == ("allocate",)
-        and any(p.strict for p in order)
         and all(p.follows_submission_order for p in order)
         and not any(p.splits_queues or p.commits_head for p in order)
         and not profile.admit
@@ -121,8 +127,9 @@ class RepeatCycles:
         heads = _heads(snapshot.pending, queues)
         if set(result.statuses) != {p.job.id for p in heads} or set(result.blocked) != queues:
             return
-        free = tuple((array.shape, array.dtype, array.tobytes()) for array in _free(snapshot))
-        self._last = _Last(snapshot.nodes, free, queues, heads, dict(result.statuses), dict(result.blocked))
+        self._last = _Last(
+            snapshot.nodes, _kept(snapshot), queues, heads, dict(result.statuses), dict(result.blocked)
+        )
 
 
 def _free(snapshot: ClusterSnapshot) -> tuple[IntArray, ...]:
@@ -137,6 +144,11 @@ def _free(snapshot: ClusterSnapshot) -> tuple[IntArray, ...]:
         snapshot.gpu_free_milli,
     )
     return arrays if snapshot.pods_free is None else (*arrays, snapshot.pods_free)
+
+
+def _kept(snapshot: ClusterSnapshot) -> tuple[tuple[tuple[int, ...], np.dtype[np.int64], bytes], ...]:
+    """The snapshot's free resources as :func:`_unchanged` compares them later: shape, type, bytes."""
+    return tuple((array.shape, array.dtype, array.tobytes()) for array in _free(snapshot))
 
 
 def _unchanged(
@@ -179,17 +191,10 @@ def carries_failures(profile: Profile) -> bool:
     (a strict one repeats whole cycles instead, :class:`RepeatCycles`), with everything else that
     :func:`skips_repeats` asks: no admission, backfill or preemption, filters that read only the
     job and the node table, pure scores, no GPU choice and no topology plugin."""
-    order = profile.order
-    scores = [plugin for plugin, _ in profile.scores]
     return (
-        tuple(profile.actions) == ("allocate",)
-        and not any(p.strict for p in order)
-        and all(p.follows_submission_order for p in order)
-        and not any(p.splits_queues or p.commits_head for p in order)
-        and not profile.admit
-        and all(p.reads_nodes_only and not p.marks_cycle for p in profile.filters)
-        and all(p.pure and not isinstance(p, GpuChoicePlugin) for p in scores)
-        and profile.place_gang is None
+        not any(p.strict for p in profile.order)
+        and not any(p.marks_cycle for p in profile.filters)  # such filters' masks are new each cycle
+        and _fails_by_shape_and_state(profile)
     )
 
 
@@ -257,11 +262,10 @@ class CarriedFailures:
         self._last = None
         if session.decisions or snapshot.mig is not None or session.state_version:
             return
-        free = tuple((array.shape, array.dtype, array.tobytes()) for array in _free(snapshot))
         self._last = _Failures(
             snapshot.nodes,
             session.shape_ids,
-            free,
+            _kept(snapshot),
             list(session.queue),
             session.failed_shapes,
             session.failed_requests,
