@@ -20,6 +20,7 @@ from loadmaster.model.job import (
 from loadmaster.model.mig import MigInstance, MigPoolConfig, MigSlot
 from loadmaster.model.node import Node, NodeTable
 from loadmaster.model.outcome import JobTable, Timeline
+from loadmaster.model.pending_log import PendingLog
 from loadmaster.model.resources import MILLI_PER_GPU, ResourceType, TaskRequest
 from loadmaster.model.snapshot import (
     TRANSPOSED_FROM_NODES,
@@ -47,6 +48,7 @@ __all__ = [
     "NodeAffinity",
     "NodeTable",
     "PendingJob",
+    "PendingLog",
     "PreferredTerm",
     "Requirement",
     "ResourceType",

@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from loadmaster.model.job import PendingJob, RunningJob, job_group, job_user
 from loadmaster.model.node import NodeTable
+from loadmaster.model.pending_log import PendingLog
 from loadmaster.model.resources import MILLI_PER_GPU
 from loadmaster.model.running import RunningSerials
 
@@ -107,6 +108,11 @@ class ClusterSnapshot:
     """Per job id that ran and was preempted with its progress kept (a checkpointing driver):
     (seconds it ran before its current run, when its last run stopped, how long that run was).
     Attained-service orders (Tiresias' LAS) read it; empty where preemption restarts jobs."""
+
+    pending_log: PendingLog | None = None
+    """The driver's log of changes to ``pending``, at the version that leads to ``pending`` as it is
+    (:mod:`loadmaster.model.pending_log`), where the driver keeps one (else None: a reader reads the
+    whole queue). Read only."""
 
     def queues(self) -> frozenset[str]:
         """Names of the queues that hold pending jobs."""

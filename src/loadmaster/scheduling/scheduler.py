@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import math
 import operator
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from loadmaster.scheduling.actions import admit, allocate, backfill, preempt
 from loadmaster.scheduling.decisions import Bind, CycleResult
 from loadmaster.scheduling.framework import BoolArray, CycleContext
 from loadmaster.scheduling.profile import Profile
+from loadmaster.scheduling.queue_index import ClassStatuses, QueueIndex
 from loadmaster.scheduling.repeat import CarriedFailures, RepeatCycles, carries_failures, skips_repeats
 from loadmaster.scheduling.reservation import ReleaseBook, Reservation, SearchMemo
 from loadmaster.scheduling.session import Session
@@ -85,6 +87,10 @@ class Scheduler:
         """The last cycle that bound nothing, where the profile's such cycles can be repeated exactly."""
         self._carried = CarriedFailures() if carries_failures(profile) else None
         """The failures of the last cycle that bound nothing, where the profile's hold in the next."""
+        self._index = QueueIndex() if carries_failures(profile) else None
+        """The queue by verdict class, kept from the driver's log of pending changes where the
+        profile's walk is the non-strict one without admission in submission order (the profiles
+        whose failures carry over: the same conditions make the indexed walk exact)."""
         reserve = profile.reserve
         self._pass_interval_s = reserve[0].pass_interval_s if reserve else None
         self._next_pass_s = -math.inf
@@ -179,15 +185,22 @@ class Scheduler:
             self.skipped_walks += self._pass_owed
         if self._carried is not None:
             self._carried.seed(snapshot, session)
+        if self._index is not None and self._index.sync(
+            snapshot, self._verdict_ids, functools.partial(allocate.classify, session)
+        ):
+            session.queue_index = self._index
         for action in self.profile.actions:
             _ACTIONS[action](session)
         if self._carried is not None:
             self._carried.remember(snapshot, session)
         if self._commits:
             self._heads = _first_waiting(session)
-        return CycleResult(
-            tuple(session.decisions), session.statuses, session.blocked, session.untested, session.tested
-        )
+        statuses: Mapping[str, Status] = session.statuses
+        if session.queue_index is not None and session.class_verdicts is not None:
+            index, verdicts = session.queue_index, session.class_verdicts
+            statuses = ClassStatuses(statuses, session.bound, index.entries, index.cycle, verdicts)
+        decisions = tuple(session.decisions)
+        return CycleResult(decisions, statuses, session.blocked, session.untested, session.tested)
 
     def _trim(self, snapshot: ClusterSnapshot) -> None:
         """Keep the caches kept across cycles bounded (a long-running driver must not grow).

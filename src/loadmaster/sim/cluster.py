@@ -22,6 +22,7 @@ from loadmaster.model import (
     RunningJob,
     TaskPlacement,
 )
+from loadmaster.model.pending_log import PendingLog
 from loadmaster.model.running import RunningSerials, next_serial
 from loadmaster.model.snapshot import gpu_summary, node_gpu_summary
 from loadmaster.model.usage import HALF_LIFE_S, HISTORY_JOBS, PastUsage, UsageLedger
@@ -62,6 +63,11 @@ class SimCluster:
         self.memory_free = nodes.memory_mib.copy()
         self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
         self.pending: dict[str, PendingJob] = {}
+        """Change it through :meth:`add_pending`, :meth:`replace_pending`, :meth:`remove_pending` and
+        :meth:`requeue`, which write each change to ``pending_log``."""
+        self.pending_log = PendingLog()
+        """The changes to ``pending`` (``ClusterSnapshot.pending_log``): a scheduler keeps its index of
+        the queue from them rather than reading the whole queue at every cycle."""
         self.service: dict[str, tuple[float, float, float]] = {}
         """Run seconds kept by preempted jobs that resume, and when they stopped
         (``SimOptions.resume_preempted``)."""
@@ -114,6 +120,7 @@ class SimCluster:
             mig=self.mig,
             service_s=self.service,
             running_serials=self.serials,
+            pending_log=self.pending_log,
         )
 
     def start_from(self, past: PastUsage) -> None:
@@ -146,14 +153,24 @@ class SimCluster:
         self.add_pending(pending)
         ordered = sorted(self.pending.values(), key=lambda p: (p.job.submit_s, p.job.id))
         self.pending = {p.job.id: p for p in ordered}
+        self.pending_log.reorder()
 
     def add_pending(self, pending: PendingJob) -> None:
         self.pending[pending.job.id] = pending
+        self.pending_log.add(pending)
         self.queue_counts[pending.job.queue] += 1
         self._count(pending.job, 1)
 
+    def replace_pending(self, pending: PendingJob) -> None:
+        """The pending job of ``pending``'s id is now ``pending`` (more of its tasks bound), in its place."""
+        if pending.job.id not in self.pending:
+            raise KeyError(f"replace_pending: {pending.job.id} is not pending")
+        self.pending[pending.job.id] = pending
+        self.pending_log.replace(pending)
+
     def remove_pending(self, job_id: str) -> PendingJob:
         pending = self.pending.pop(job_id)
+        self.pending_log.remove(job_id)
         _less(self.queue_counts, pending.job.queue)
         self._count(pending.job, -1)
         return pending

@@ -285,7 +285,7 @@ class Simulator:
         self._bind_times.setdefault(bind.job_id, []).append((now, gpus))
         placements = pending.bound + bind.placements
         if not bind.starts:
-            self.cluster.pending[bind.job_id] = PendingJob(pending.job, placements)
+            self.cluster.replace_pending(PendingJob(pending.job, placements))
             return
         self.cluster.remove_pending(bind.job_id)
         self.recorder.dequeue(pending)

@@ -12,6 +12,7 @@ from loadmaster.scheduling import fit
 from loadmaster.scheduling.decisions import Bind
 from loadmaster.scheduling.framework import BoolArray
 from loadmaster.scheduling.placement import CUDA_FILTERED, Scoring, place_job
+from loadmaster.scheduling.queue_index import LOOSE, NONE, ClassInfo, ClassVerdicts, IntArray, QueueIndex
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import SUCCESS, Code, Status, unschedulable, wait
@@ -37,6 +38,9 @@ def walk(session: Session, *, blocked_by: str = "strict FIFO", strict: bool | No
     scoring = Scoring(tuple(session.profile.scores))
     strict = session.strict if strict is None else strict
     plain = strict or session.blocked or session.statuses or session.bound
+    if not plain and session.queue_index is not None and not session.admission:
+        _walk_indexed(session, session.queue_index, scoring)
+        return
     if not plain and len(session.queue) >= _RUNS_MIN_QUEUE:
         _walk_runs(session, scoring)
         return
@@ -192,6 +196,97 @@ def _walk_runs(session: Session, scoring: Scoring) -> None:
         for related in table.related(session, number, **gained):
             if verdicts.get(related) is None and related >= 0:
                 verdicts[related] = table.known(session, related)
+
+
+def _walk_indexed(session: Session, index: QueueIndex, scoring: Scoring) -> None:
+    """The non-strict walk over the scheduler's queue index: the visits of :func:`_walk_runs`, in
+    the same order, without a step per waiting job or per class (see ``queue_index``).
+
+    ``place`` holds, for each class not yet resolved, the place of its first job not yet visited;
+    the smallest is the job the full walk visits next (every job before it belongs to a resolved
+    class). After a visit the class is resolved if its shape failed, the verdict every later job
+    of it gets; else its next job's place takes its slot. Without admission a class is its shape,
+    so a visit resolves no other class except by dominance: a request that failed resolves every
+    class of its group asking at least as much on every resource (:func:`_dominated`), which the
+    full walk finds at its next visit of each. Here each new failure is compared with its group's
+    classes at once, in the order the failures were kept, so each class gets the first failure
+    that dominates it, as :func:`_dominated` cites it. Loose jobs (tasks bound) are visited at
+    every cycle, as in the full walk. The statuses of jobs not visited are their class's verdict
+    (``Session.class_verdicts``, read through ``queue_index.ClassStatuses``).
+
+    The memo of failed shapes gets no entry for a class resolved by dominance, where the full
+    walk's visit writes one: nothing reads it in this cycle, and a later cycle that starts with
+    the memos (``repeat.CarriedFailures``) finds the same verdict by the same dominance.
+    """
+    failed, requests, of_shape = session.failed_shapes, session.failed_requests, index.of_shape
+    classes = len(index.first)
+    verdicts = session.class_verdicts = ClassVerdicts(classes)
+    place = index.first.copy()
+    resolved = np.zeros(classes, dtype=bool)
+    for key, status in failed.items():  # a memo carried from the last cycle: ("now", shape) keys
+        number = of_shape.get(key[1], -1) if isinstance(key, tuple) and key[0] == "now" else -1
+        if number >= 0 and not resolved[number]:
+            verdicts.failed[number], resolved[number], place[number] = status, True, NONE
+    compared: dict[Hashable, int] = {}
+    """Failures of each group compared with its classes so far."""
+    for group in list(requests):
+        _resolve_dominated(session, index, (verdicts, resolved, place), group, compared)
+    loose, next_loose = sorted(index.loose), 0
+    jobs, members_of, info, cursor = index.jobs, index.members, index.info, dict[int, int]()
+    while True:
+        number = int(place.argmin()) if classes else 0
+        at = int(place[number]) if classes else NONE
+        if next_loose < len(loose) and loose[next_loose] < at:
+            _visit(session, jobs[loose[next_loose]], scoring)
+            next_loose += 1
+            continue
+        if at == NONE:
+            return
+        _visit(session, jobs[at], scoring)
+        known = failed.get(("now", info[number].shape))
+        if known is not None:
+            verdicts.failed[number], resolved[number], place[number] = known, True, NONE
+        else:
+            members, step = members_of[number], cursor.get(number, 0) + 1
+            cursor[number] = step
+            place[number] = members[step] if step < len(members) else NONE
+        group = info[number].group
+        if group is not None and len(requests.get(group, ())) > compared.get(group, 0):
+            _resolve_dominated(session, index, (verdicts, resolved, place), group, compared)
+
+
+def _resolve_dominated(
+    session: Session,
+    index: QueueIndex,
+    walk: tuple[ClassVerdicts, BoolArray, IntArray],
+    group: Hashable,
+    compared: dict[Hashable, int],
+) -> None:
+    """Resolve the classes of ``group`` that its failures kept since the last call dominate."""
+    verdicts, resolved, place = walk
+    kept = session.failed_requests.get(group, [])
+    start, compared[group] = compared.get(group, 0), len(kept)
+    for size, status in kept[start:]:
+        dominated = index.dominated(group, size)
+        if dominated is None:
+            return
+        hits = dominated[~resolved[dominated]]
+        if len(hits):
+            resolved[hits] = True
+            place[hits] = NONE
+            verdicts.dominated[hits] = len(verdicts.derived)
+            verdicts.derived.append(_as_for_smaller(session, status))
+
+
+def classify(session: Session, pending: PendingJob) -> tuple[int, ClassInfo | None]:
+    """``pending``'s verdict class for the queue index (LOOSE for a job with bound tasks), and what
+    the indexed walk needs of the class."""
+    number = _verdict_class(session, pending)
+    if number < 0:
+        return LOOSE, None
+    job = pending.job
+    shape = session.verdict_classes[number][1]
+    return number, ClassInfo(shape, _request_group(session, job, shape, "now"), _request_size(job))
 
 
 def _verdict_class(session: Session, pending: PendingJob) -> int:
