@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from loadmaster.model import ClusterSnapshot, NodeTable, PendingJob
+from loadmaster.model import ClusterSnapshot, NodeTable, PendingJob, PendingLog
 from loadmaster.scheduling.decisions import CycleResult
 from loadmaster.scheduling.framework import GpuChoicePlugin
 from loadmaster.scheduling.profile import Profile
@@ -206,8 +206,9 @@ class _Failures:
     shape_ids: Mapping[Hashable, int]
     """The scheduler's numbering of shapes the memos' keys use (a new mapping when it is reset)."""
     free: tuple[tuple[tuple[int, ...], np.dtype[np.int64], bytes], ...]
-    queue: list[PendingJob]
-    """The queue it walked, in order."""
+    queue: list[PendingJob] | tuple[PendingLog, int]
+    """The queue it walked, in order; or, where the driver logs its queue's changes, the log and
+    its version then (a queue that only grew at its end since is one that starts with it)."""
     failed_shapes: dict[Hashable, Status]
     failed_requests: dict[Hashable, list[tuple[tuple[int, int, int, int], Status]]]
     as_for_smaller: dict[int, tuple[Status, Status]]
@@ -248,9 +249,7 @@ class CarriedFailures:
             return
         if not _unchanged(_free(snapshot), last.free):
             return
-        queue = session.queue if isinstance(session.queue, list | tuple) else list(session.queue)
-        # Elementwise identity first (a list compares each pair with ``is`` before ``==``).
-        if len(queue) < len(last.queue) or list(queue[: len(last.queue)]) != last.queue:
+        if not _starts_with(snapshot, session, last.queue):
             return
         session.failed_shapes = last.failed_shapes
         session.failed_requests = last.failed_requests
@@ -266,8 +265,33 @@ class CarriedFailures:
             snapshot.nodes,
             session.shape_ids,
             _kept(snapshot),
-            list(session.queue),
+            _queue_now(snapshot, session),
             session.failed_shapes,
             session.failed_requests,
             session.as_for_smaller,
         )
+
+
+def _queue_now(snapshot: ClusterSnapshot, session: Session) -> list[PendingJob] | tuple[PendingLog, int]:
+    """What :func:`_starts_with` needs later of this cycle's queue: its log's version, else a copy."""
+    log = snapshot.pending_log
+    return (log, log.version) if log is not None else list(session.queue)
+
+
+def _starts_with(
+    snapshot: ClusterSnapshot, session: Session, last: list[PendingJob] | tuple[PendingLog, int]
+) -> bool:
+    """Whether this cycle's queue starts with ``last``'s, in the same order.
+
+    With the driver's log, in time independent of the queue's length: every change since is a job
+    added at the end (a log that no longer holds them all says no). Else, elementwise: identity
+    first (a list compares each pair with ``is`` before ``==``).
+    """
+    if isinstance(last, tuple):
+        log, version = last
+        if snapshot.pending_log is not log:
+            return False
+        changes = log.since(version)
+        return changes is not None and all(kind == "add" for kind, _ in changes)
+    queue = session.queue if isinstance(session.queue, list | tuple) else list(session.queue)
+    return len(queue) >= len(last) and list(queue[: len(last)]) == last

@@ -85,6 +85,9 @@ class Session:
     queue_index: QueueIndex | None = None
     """The scheduler's index of the queue by verdict class, brought to this cycle's queue
     (``queue_index``), where the profile's walk can use it; else None."""
+    dominance_resolved: bool = False
+    """True during the indexed walk, which resolves every class a kept failure dominates before it
+    visits one: a visit then needs no dominance check of its own (``allocate.try_place``)."""
     class_verdicts: ClassVerdicts | None = None
     """The verdict of each class the indexed walk resolved (``allocate._walk_indexed``): the status
     of its jobs that the walk did not visit. None where that walk did not run."""

@@ -231,6 +231,23 @@ def _walk_indexed(session: Session, index: QueueIndex, scoring: Scoring) -> None
     """Failures of each group compared with its classes so far."""
     for group in list(requests):
         _resolve_dominated(session, index, (verdicts, resolved, place), group, compared)
+    session.dominance_resolved = True
+    try:
+        _visit_in_order(session, index, scoring, (verdicts, resolved, place), compared)
+    finally:
+        session.dominance_resolved = False
+
+
+def _visit_in_order(
+    session: Session,
+    index: QueueIndex,
+    scoring: Scoring,
+    walk: tuple[ClassVerdicts, BoolArray, IntArray],
+    compared: dict[Hashable, int],
+) -> None:
+    """:func:`_walk_indexed`'s visits, the earliest job of the classes not yet resolved first."""
+    verdicts, resolved, place = walk
+    failed, requests, classes = session.failed_shapes, session.failed_requests, len(place)
     loose, next_loose = sorted(index.loose), 0
     jobs, members_of, info, cursor = index.jobs, index.members, index.info, dict[int, int]()
     while True:
@@ -252,7 +269,7 @@ def _walk_indexed(session: Session, index: QueueIndex, scoring: Scoring) -> None
             place[number] = members[step] if step < len(members) else NONE
         group = info[number].group
         if group is not None and len(requests.get(group, ())) > compared.get(group, 0):
-            _resolve_dominated(session, index, (verdicts, resolved, place), group, compared)
+            _resolve_dominated(session, index, walk, group, compared)
 
 
 def _resolve_dominated(
@@ -384,7 +401,8 @@ def try_place(
         known = session.failed_shapes.get(("now", job_shape)) or session.failed_shapes.get(shape)
         if known is not None:
             return known
-        known = _dominated(session, pending.job, job_shape, view)
+        # The indexed walk resolves dominated classes before it visits them (``_walk_indexed``).
+        known = None if session.dominance_resolved else _dominated(session, pending.job, job_shape, view)
         if known is not None:
             session.failed_shapes[shape] = known
             return known
