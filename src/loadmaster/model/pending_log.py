@@ -12,8 +12,9 @@ The driver promises three things, which the log's operations spell: a job added 
 the queue's order; a job replaced (a gang that got some of its tasks placed) keeps its place; any
 other change of order is written as :meth:`PendingLog.reorder`, after which a reader starts again
 from the whole queue. The log keeps its last entries only (:data:`KEPT`): a reader that fell
-further behind reads the whole queue too. A reader checks what it builds against the queue's
-length, so a driver that broke a promise costs a rebuild, not a wrong index.
+further behind reads the whole queue too. A reader trusts the log: a change to the queue that the
+driver did not write is one the reader does not see (it checks only the queue's length, which
+catches a job added or removed unlogged, not one replaced).
 """
 
 from __future__ import annotations

@@ -6,14 +6,16 @@ at every cycle and steps through every position: on an overloaded cluster (thous
 jobs, a few hundred distinct shapes) that pass is most of the cycle, and a long simulation grows
 with the square of its jobs. :class:`QueueIndex` keeps the table instead: each class's waiting
 jobs in queue order, changed only by what the driver's :class:`~loadmaster.model.PendingLog` says
-came and went since the last cycle. The walk (``allocate._walk_indexed``) then takes, from a heap
-of the classes not yet resolved, the earliest job in queue order; that is the job the full walk
-would visit next, since every position before it belongs to a resolved class. A cycle costs the
-classes and the visits, not the queue.
+came and went since the last cycle. The walk (``allocate._walk_indexed``) then takes, among the
+classes not yet resolved, the earliest job in queue order (one ``argmin`` over each class's next
+place); that is the job the full walk would visit next, since every position before it belongs to
+a resolved class. A cycle costs the classes and the visits, not the queue.
 
-Where the driver keeps no log (the Kubernetes binding), or the log cannot take the index to the
-snapshot's queue (a reorder, a reader too far behind, a length that does not match), the index is
-rebuilt from the whole queue: the old cost, once.
+Where the driver keeps no log (the Kubernetes binding), the scheduler walks the whole queue as
+before. Where the log cannot take the index to the snapshot's queue (a reorder, a reader too far
+behind, a length that does not match), the index is rebuilt from the whole queue: the old cost,
+once. The index trusts the log for everything else: a driver must write every change (the
+simulator's cluster lets nothing change its queue otherwise).
 
 The verdicts of the jobs the walk did not visit are not written one by one either:
 :class:`ClassStatuses` answers a job's status from its class's verdict in that cycle. It answers
@@ -95,6 +97,10 @@ class ClassVerdicts:
         return found
 
 
+_SLACK = 64
+"""Slots of classes with no waiting job an index may hold beyond as many as those with some: past
+that it is built afresh (amortised: that many new classes came since it was last built)."""
+
 Classify = Callable[[PendingJob], tuple[int, ClassInfo | None]]
 """A job's verdict class number (LOOSE: none) and, for a class, what the walk needs of it."""
 
@@ -113,8 +119,12 @@ class QueueIndex:
         self.jobs: dict[int, PendingJob] = {}
         """Each waiting job by its place in the queue (a number that only grows along the queue)."""
         self._place: dict[str, int] = {}
+        self._slots: dict[int, int] = {}
+        """The index's own dense number (slot) of each verdict class it has seen since it was last
+        built: the walk's arrays are by slot, so their length follows the classes of the queue,
+        not every class the scheduler ever numbered."""
         self.members: dict[int, list[int]] = {}
-        """Each class with waiting jobs: their places, in queue order."""
+        """Each class (by slot) with waiting jobs: their places, in queue order."""
         self.loose: set[int] = set()
         """The places of jobs with no class."""
         self.info: dict[int, ClassInfo] = {}
@@ -131,6 +141,8 @@ class QueueIndex:
         """Each job's class over the cycles (see :class:`ClassStatuses`); a new dict when trimmed."""
         self.rebuilds = 0
         """Times the index was built from the whole queue (for tests and benchmarks)."""
+        self.compactions = 0
+        """Of those, the times it was built afresh to drop the slots of classes no job waits in."""
 
     def sync(self, snapshot: ClusterSnapshot, numbering: object, classify: Classify) -> bool:
         """Bring the index to ``snapshot``'s queue and start a new cycle; False without a log.
@@ -140,11 +152,16 @@ class QueueIndex:
         """
         log = snapshot.pending_log
         if log is None:
-            self._log = None
+            if self._log is not None or self.jobs:  # a driver without a log: hold none of its jobs
+                self._log = None
+                self._clear()
             return False
         self.cycle += 1
         changes = log.since(self._version) if log is self._log and numbering is self._numbering else None
         if changes is None or not self._apply(changes, classify) or len(self._place) != len(snapshot.pending):
+            self._rebuild(snapshot, classify)
+        elif len(self._slots) > 2 * len(self.members) + _SLACK:
+            self.compactions += 1
             self._rebuild(snapshot, classify)
         self._log, self._version, self._numbering = log, log.version, numbering
         if len(self.entries) > 2 * len(self._place) + 1024:
@@ -176,26 +193,33 @@ class QueueIndex:
 
     def _rebuild(self, snapshot: ClusterSnapshot, classify: Classify) -> None:
         self.rebuilds += 1
-        self.jobs, self._place, self.members, self.loose = {}, {}, {}, set()
+        self._clear()
+        for pending in snapshot.pending:
+            self._add(pending, self._next, classify)
+            self._next += 1
+
+    def _clear(self) -> None:
+        self.jobs, self._place, self.members, self.loose, self._slots = {}, {}, {}, set(), {}
         self.info, self.of_shape, self.entries = {}, {}, {}
         self.first = np.full(0, NONE, dtype=np.int64)
         self.sizes = np.zeros((0, 4), dtype=np.int64)
         self._groups, self._dominated, self._dominated_keys = {}, {}, {}
         self._next = 0
-        for pending in snapshot.pending:
-            self._add(pending, self._next, classify)
-            self._next += 1
 
     def _add(self, pending: PendingJob, place: int, classify: Classify) -> None:
         job_id = pending.job.id
-        number, info = classify(pending)
+        verdict_class, info = classify(pending)
         self.jobs[place] = pending
         self._place[job_id] = place
+        number = LOOSE
+        if verdict_class != LOOSE and info is not None:
+            number = self._slots.get(verdict_class, -1)
+            if number < 0:
+                number = self._slots[verdict_class] = len(self._slots)
+                self._register(number, info)
         if number == LOOSE:
             self.loose.add(place)
         else:
-            if number not in self.info and info is not None:
-                self._register(number, info)
             members = self.members.setdefault(number, [])
             if not members or members[-1] < place:
                 members.append(place)

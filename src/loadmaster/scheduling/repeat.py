@@ -206,9 +206,9 @@ class _Failures:
     shape_ids: Mapping[Hashable, int]
     """The scheduler's numbering of shapes the memos' keys use (a new mapping when it is reset)."""
     free: tuple[tuple[tuple[int, ...], np.dtype[np.int64], bytes], ...]
-    queue: list[PendingJob] | tuple[PendingLog, int]
-    """The queue it walked, in order; or, where the driver logs its queue's changes, the log and
-    its version then (a queue that only grew at its end since is one that starts with it)."""
+    queue: list[PendingJob] | tuple[PendingLog, int, int]
+    """The queue it walked, in order; or, where the driver logs its queue's changes, the log, its
+    version and the queue's length then (a queue that only grew at its end since starts with it)."""
     failed_shapes: dict[Hashable, Status]
     failed_requests: dict[Hashable, list[tuple[tuple[int, int, int, int], Status]]]
     as_for_smaller: dict[int, tuple[Status, Status]]
@@ -272,26 +272,32 @@ class CarriedFailures:
         )
 
 
-def _queue_now(snapshot: ClusterSnapshot, session: Session) -> list[PendingJob] | tuple[PendingLog, int]:
-    """What :func:`_starts_with` needs later of this cycle's queue: its log's version, else a copy."""
+def _queue_now(snapshot: ClusterSnapshot, session: Session) -> list[PendingJob] | tuple[PendingLog, int, int]:
+    """What :func:`_starts_with` needs later of this cycle's queue: its log's version and its
+    length, else a copy of it."""
     log = snapshot.pending_log
-    return (log, log.version) if log is not None else list(session.queue)
+    return (log, log.version, len(snapshot.pending)) if log is not None else list(session.queue)
 
 
 def _starts_with(
-    snapshot: ClusterSnapshot, session: Session, last: list[PendingJob] | tuple[PendingLog, int]
+    snapshot: ClusterSnapshot, session: Session, last: list[PendingJob] | tuple[PendingLog, int, int]
 ) -> bool:
     """Whether this cycle's queue starts with ``last``'s, in the same order.
 
     With the driver's log, in time independent of the queue's length: every change since is a job
-    added at the end (a log that no longer holds them all says no). Else, elementwise: identity
-    first (a list compares each pair with ``is`` before ``==``).
+    added at the end, and the queue grew by as many (a log that no longer holds them all, or a
+    queue that changed unlogged, says no). Else, elementwise: identity first (a list compares each
+    pair with ``is`` before ``==``).
     """
     if isinstance(last, tuple):
-        log, version = last
+        log, version, length = last
         if snapshot.pending_log is not log:
             return False
         changes = log.since(version)
-        return changes is not None and all(kind == "add" for kind, _ in changes)
+        return (
+            changes is not None
+            and all(kind == "add" for kind, _ in changes)
+            and len(snapshot.pending) == length + len(changes)
+        )
     queue = session.queue if isinstance(session.queue, list | tuple) else list(session.queue)
     return len(queue) >= len(last) and list(queue[: len(last)]) == last

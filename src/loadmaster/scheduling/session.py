@@ -82,6 +82,7 @@ class Session:
     """Whether a request fits the cycle's state with no eviction, with the ``state_version``
     it was found at (preempt._fits_now)."""
     walk_classes: Any = None
+    """The non-strict walk's verdict classes of the queue (allocate._Classes), for later actions."""
     queue_index: QueueIndex | None = None
     """The scheduler's index of the queue by verdict class, brought to this cycle's queue
     (``queue_index``), where the profile's walk can use it; else None."""
@@ -91,7 +92,6 @@ class Session:
     class_verdicts: ClassVerdicts | None = None
     """The verdict of each class the indexed walk resolved (``allocate._walk_indexed``): the status
     of its jobs that the walk did not visit. None where that walk did not run."""
-    """The non-strict walk's verdict classes of the queue (allocate._Classes), for later actions."""
     admission: bool = False
     """Set by the ``admit`` action: ask the admit plugins before placing each job."""
     state_version: int = 0

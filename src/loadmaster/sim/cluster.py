@@ -7,7 +7,8 @@ scheduler, :meth:`bind` and :meth:`release` to carry out decisions.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
@@ -62,9 +63,11 @@ class SimCluster:
         self.cpu_free = nodes.cpu_milli.copy()
         self.memory_free = nodes.memory_mib.copy()
         self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
-        self.pending: dict[str, PendingJob] = {}
-        """Change it through :meth:`add_pending`, :meth:`replace_pending`, :meth:`remove_pending` and
-        :meth:`requeue`, which write each change to ``pending_log``."""
+        self._pending: dict[str, PendingJob] = {}
+        self.pending: Mapping[str, PendingJob] = MappingProxyType(self._pending)
+        """The pending jobs by id, in submission order. Read only: change them through
+        :meth:`add_pending`, :meth:`replace_pending`, :meth:`remove_pending` and :meth:`requeue`,
+        which write each change to ``pending_log`` (a scheduler's index of the queue trusts it)."""
         self.pending_log = PendingLog()
         """The changes to ``pending`` (``ClusterSnapshot.pending_log``): a scheduler keeps its index of
         the queue from them rather than reading the whole queue at every cycle."""
@@ -151,25 +154,26 @@ class SimCluster:
     def requeue(self, pending: PendingJob) -> None:
         """Put a preempted job back, keeping the pending jobs in submission order."""
         self.add_pending(pending)
-        ordered = sorted(self.pending.values(), key=lambda p: (p.job.submit_s, p.job.id))
-        self.pending = {p.job.id: p for p in ordered}
+        ordered = sorted(self._pending.values(), key=lambda p: (p.job.submit_s, p.job.id))
+        self._pending = {p.job.id: p for p in ordered}
+        self.pending = MappingProxyType(self._pending)
         self.pending_log.reorder()
 
     def add_pending(self, pending: PendingJob) -> None:
-        self.pending[pending.job.id] = pending
+        self._pending[pending.job.id] = pending
         self.pending_log.add(pending)
         self.queue_counts[pending.job.queue] += 1
         self._count(pending.job, 1)
 
     def replace_pending(self, pending: PendingJob) -> None:
         """The pending job of ``pending``'s id is now ``pending`` (more of its tasks bound), in its place."""
-        if pending.job.id not in self.pending:
+        if pending.job.id not in self._pending:
             raise KeyError(f"replace_pending: {pending.job.id} is not pending")
-        self.pending[pending.job.id] = pending
+        self._pending[pending.job.id] = pending
         self.pending_log.replace(pending)
 
     def remove_pending(self, job_id: str) -> PendingJob:
-        pending = self.pending.pop(job_id)
+        pending = self._pending.pop(job_id)
         self.pending_log.remove(job_id)
         _less(self.queue_counts, pending.job.queue)
         self._count(pending.job, -1)
