@@ -526,13 +526,17 @@ _MAX_FAILED_REQUESTS = 32
 
 
 def _request_group(session: Session, job: Job, shape: int, view: Hashable) -> Hashable | None:
-    """Jobs of one group differ only in their request: same view, nodes, filters, tasks and gang rule.
+    """Jobs of one group differ only in their request's size: same view, nodes, filters, tasks, gang
+    rule and MIG profile (or none).
 
+    The MIG profile, because a MIG request's size does not say what it needs: its milli-GPU is 0
+    and its slot is an instance of that profile, which a request of another profile (or a whole
+    GPU) does not use, so a failed ``3g.40gb`` says nothing of a ``1g.10gb`` asking as much CPU.
     None when a topology plugin places gangs (its choice need not be monotone in the request).
     """
     if job.tasks > 1 and session.profile.place_gang is not None:
         return None
-    return (view, session.static_of[shape], job.tasks, job.min_available)
+    return (view, session.static_of[shape], job.tasks, job.min_available, job.request.mig_profile)
 
 
 def _request_size(job: Job) -> tuple[int, int, int, int]:
@@ -556,7 +560,7 @@ def _dominated(session: Session, job: Job, shape: int, view: Hashable) -> Status
         request.memory_mib,
         request.gpu_memory_mib,
     )
-    group = (session.static_of[shape], job.tasks, job.min_available)
+    group = (session.static_of[shape], job.tasks, job.min_available, request.mig_profile)  # _request_group's
     now_key = ("now", *group)
     # A tuple, not a set: a set's order follows string hashes, which change per process
     # (PYTHONHASHSEED), and the first match names the reason in the job table.
