@@ -511,3 +511,25 @@ SHARED_GPU_PROMISE: tuple[tuple[str, int, float, float, float], ...] = (
     ("j18", 2, 1.0, 63, 1),
     ("j19", 1, 4.0, 59, 143),
 )
+
+
+SHORTCUT_RUNS = [("kube-default", 1.6), ("kube-default", 1.1), ("binpack-skip", 1.6)]
+"""(profile, load) of the lab runs that compare a scheduler's shortcuts with a scheduler without."""
+
+
+def lab_runs_with_and_without(
+    name: str, load: float, off: Sequence[str]
+) -> tuple[tuple[JobTable, StatusLog], tuple[JobTable, StatusLog]]:
+    """The ``lab`` workload (600 jobs at ``load``) run with profile ``name`` by a :class:`StatusLog`
+    with every shortcut and by one with the shortcuts ``off`` turned off: each run's job table and
+    scheduler."""
+    from loadmaster.config import load_cluster, load_profiles, load_workload  # noqa: PLC0415
+    from loadmaster.sim import SimOptions, simulate  # noqa: PLC0415
+
+    spec = load_cluster("lab")
+    trace = list(load_workload("lab", spec, jobs=600, load=load).jobs)
+    runs = []
+    for shortcuts_off in ((), off):
+        scheduler = StatusLog(load_profiles()[name], off=shortcuts_off)
+        runs.append((simulate(spec.nodes, scheduler, trace, SimOptions()).jobs, scheduler))
+    return runs[0], runs[1]

@@ -14,21 +14,21 @@ from collections.abc import Callable
 import pytest
 
 from builders import (
+    SHORTCUT_RUNS,
     CycleSeen,
-    StatusLog,
     a_cluster,
     a_job,
     a_snapshot,
     assert_same_tables,
+    lab_runs_with_and_without,
     profile,
     same_cycles,
 )
-from loadmaster.config import load_cluster, load_profiles, load_workload
-from loadmaster.model import ClusterSnapshot, Job, JobTable, NodeTable, TraceJob
+from loadmaster.config import load_profiles
+from loadmaster.model import ClusterSnapshot, Job
 from loadmaster.scheduling import Profile, Scheduler
 from loadmaster.scheduling import scheduler as scheduler_module
 from loadmaster.scheduling.repeat import carries_failures
-from loadmaster.sim import SimOptions, simulate
 
 CLUSTER = a_cluster().nodes(2, gpus=8).build()
 WIDE = a_job("wide").tasks(2).gpus(8).submitted(10).build()
@@ -137,19 +137,9 @@ def test_only_non_strict_profiles_whose_failures_depend_on_shape_and_state_carry
     assert not carries_failures(profile("fifo", "cuda-compat", "spread", strict=False))
 
 
-def _run(name: str, nodes: NodeTable, jobs: list[TraceJob], *, carry: bool) -> tuple[JobTable, StatusLog]:
-    scheduler = StatusLog(load_profiles()[name], off=() if carry else ("_carried",))
-    return simulate(nodes, scheduler, jobs, SimOptions()).jobs, scheduler
-
-
-@pytest.mark.parametrize(
-    ("name", "load"), [("kube-default", 1.6), ("kube-default", 1.1), ("binpack-skip", 1.6)]
-)
+@pytest.mark.parametrize(("name", "load"), SHORTCUT_RUNS)
 def test_a_simulation_that_carries_failures_is_the_same_run(name: str, load: float) -> None:
-    spec = load_cluster("lab")
-    trace = list(load_workload("lab", spec, jobs=600, load=load).jobs)
-    carried_table, carrying = _run(name, spec.nodes, trace, carry=True)
-    fresh_table, fresh = _run(name, spec.nodes, trace, carry=False)
+    (carried_table, carrying), (fresh_table, fresh) = lab_runs_with_and_without(name, load, ("_carried",))
     assert _carried(carrying) > 0
     assert carrying.cycles == fresh.cycles  # every cycle: the same binds, every job's status
     assert_same_tables(carried_table, fresh_table)

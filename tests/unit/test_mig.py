@@ -327,6 +327,8 @@ def test_a_failed_mig_request_does_not_fail_a_request_of_another_profile_as_smal
     # behind it "fail as for a smaller request" in a non-strict walk, which never started it.
     jobs = mig_jobs("3g.40gb", 1) + mig_jobs("1g.10gb", 1, submit_s=1.0)
     mig = MigSimOptions((MigPoolConfig("p", "1g.10gb x7"),))
-    result = simulate(nodes(1), Scheduler(profile("fifo", "first-fit", strict=False)), jobs, SimOptions(mig=mig))
+    result = simulate(
+        nodes(1), Scheduler(profile("fifo", "first-fit", strict=False)), jobs, SimOptions(mig=mig)
+    )
     assert np.isnan(result.jobs.start_s[0])
     assert result.jobs.start_s[1] == 1.0
