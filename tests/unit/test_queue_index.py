@@ -10,6 +10,7 @@ broken promise; and a result read after later cycles changed the index.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Iterator
 
@@ -183,6 +184,8 @@ def test_the_simulators_queue_changes_only_through_its_logged_operations() -> No
     with pytest.raises(TypeError):
         cluster.pending["j001"] = PendingJob(_jobs(2)[1])  # type: ignore[index]
     assert list(cluster.pending) == ["j000", "j001"]
+    copied = copy.deepcopy(cluster)  # a cluster copies whole (the RL environment's tests do)
+    assert list(copied.pending) == ["j000", "j001"] and copied.pending_log.version == 3
 
 
 def _unlogged_removal(log: PendingLog) -> Iterator[tuple[ClusterSnapshot, float]]:

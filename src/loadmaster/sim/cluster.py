@@ -64,10 +64,6 @@ class SimCluster:
         self.memory_free = nodes.memory_mib.copy()
         self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
         self._pending: dict[str, PendingJob] = {}
-        self.pending: Mapping[str, PendingJob] = MappingProxyType(self._pending)
-        """The pending jobs by id, in submission order. Read only: change them through
-        :meth:`add_pending`, :meth:`replace_pending`, :meth:`remove_pending` and :meth:`requeue`,
-        which write each change to ``pending_log`` (a scheduler's index of the queue trusts it)."""
         self.pending_log = PendingLog()
         """The changes to ``pending`` (``ClusterSnapshot.pending_log``): a scheduler keeps its index of
         the queue from them rather than reading the whole queue at every cycle."""
@@ -100,6 +96,15 @@ class SimCluster:
                 self.free_milli,
             )
         )
+
+    @property
+    def pending(self) -> Mapping[str, PendingJob]:
+        """The pending jobs by id, in submission order. Read only: change them through
+        :meth:`add_pending`, :meth:`replace_pending`, :meth:`remove_pending` and :meth:`requeue`,
+        which write each change to ``pending_log`` (a scheduler's index of the queue trusts it).
+        A view made at each call, not kept: a cluster is copied whole (``copy.deepcopy``, as the
+        RL environment's tests do), and a view cannot be."""
+        return MappingProxyType(self._pending)
 
     def snapshot(self, now: float) -> ClusterSnapshot:
         """A view of the current state at ``now``, valid until the next change."""
@@ -156,7 +161,6 @@ class SimCluster:
         self.add_pending(pending)
         ordered = sorted(self._pending.values(), key=lambda p: (p.job.submit_s, p.job.id))
         self._pending = {p.job.id: p for p in ordered}
-        self.pending = MappingProxyType(self._pending)
         self.pending_log.reorder()
 
     def add_pending(self, pending: PendingJob) -> None:
