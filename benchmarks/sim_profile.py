@@ -46,6 +46,12 @@ def main() -> None:
             f"reservation searches: {searched} made, {reused} answered from the last cycle's, "
             f"{settled} of those made tried only the times up to the last change"
         )
+    remembered, tried = getattr(scheduler, "placements_remembered", (0, 0))
+    if remembered or tried:
+        print(
+            f"failed placements: {tried} tried, "
+            f"{remembered} answered from an earlier cycle's on the same free resources"
+        )
     if args.no_profile:
         return
     profiler = cProfile.Profile()

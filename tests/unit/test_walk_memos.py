@@ -50,7 +50,7 @@ def test_the_shortcuts_change_no_decision(profile_name: str, monkeypatch: pytest
         fast, fast_cycles = _run(profile_name)
     with monkeypatch.context() as plain:
         plain.setattr(allocate, "_RUNS_MIN_QUEUE", 10**9)
-        plain.setattr(allocate, "_failure_key", lambda *args: None)
+        plain.setattr(allocate, "_failure_key", lambda *args, **kwargs: None)
         plain.setattr(preempt, "_fits_now", lambda s, p, scoring: preempt._fits_without(s, p, [], scoring))
         slow, slow_cycles = _run(profile_name)
     assert np.isfinite(np.asarray(fast.start_s, dtype=float)).any()  # some jobs ran

@@ -1345,7 +1345,7 @@ class SearchMemo:
             run_s,
             state.nodes,
             placer.allowed.tobytes(),
-            _state_bytes(state),
+            state.free_bytes(),
             future.plan.fingerprint(),
             booked,
         )
@@ -1528,11 +1528,3 @@ def _common_tail(
         common += 1
     tails[pair] = (old, new, common)
     return common
-
-
-def _state_bytes(state: WorkingState) -> bytes:
-    """The free resources a search reads (whole-GPU counts and shares follow from ``gpu_free``)."""
-    parts = [state.gpu_free.tobytes(), state.cpu_free.tobytes(), state.memory_free.tobytes()]
-    if state.pods_free is not None:
-        parts.append(state.pods_free.tobytes())
-    return b"".join(parts)

@@ -24,6 +24,7 @@ from loadmaster.scheduling.reservation import ReleaseBook, Reservation, SearchMe
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import SUCCESS, Status, unresolvable
+from loadmaster.scheduling.view_failures import ViewFailures
 
 _MEMO_LIMIT = 65_536
 """Entries a memo of a pure function may hold before it is emptied (shapes seen, node tables seen)."""
@@ -91,6 +92,9 @@ class Scheduler:
         """The queue by verdict class, kept from the driver's log of pending changes where the
         profile's walk is the non-strict one without admission in submission order (the profiles
         whose failures carry over: the same conditions make the indexed walk exact)."""
+        self._view_failures = ViewFailures() if "backfill" in profile.actions else None
+        """Failed placements kept by the free resources they were tried on (``view_failures``): for
+        the backfilling profiles, whose shadows of the cluster come back from cycle to cycle."""
         reserve = profile.reserve
         self._pass_interval_s = reserve[0].pass_interval_s if reserve else None
         self._next_pass_s = -math.inf
@@ -169,6 +173,13 @@ class Scheduler:
     def settled_searches(self) -> int:
         """Searches made that tried only the candidate times up to the last change (SearchMemo)."""
         return self._searches.settled
+
+    @property
+    def placements_remembered(self) -> tuple[int, int]:
+        """Failed placements answered from an earlier cycle's on the same free resources, and those
+        tried and kept (``view_failures``; (0, 0) where the profile keeps none)."""
+        memo = self._view_failures
+        return (0, 0) if memo is None else (memo.hits, memo.misses)
 
     def _cycle(self, snapshot: ClusterSnapshot, now: float, rng: np.random.Generator) -> CycleResult:
         self._trim(snapshot)
@@ -260,6 +271,7 @@ class Scheduler:
             release_book=self._book,
             searches=self._searches,
             allowed=allowed,
+            view_failures=self._view_failures,
         )
 
     def _ordered(self, pending: Collection[PendingJob], ctx: CycleContext) -> Collection[PendingJob]:

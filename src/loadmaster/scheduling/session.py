@@ -15,6 +15,8 @@ from loadmaster.scheduling.status import Status
 if TYPE_CHECKING:
     from loadmaster.scheduling.queue_index import ClassVerdicts, QueueIndex
     from loadmaster.scheduling.reservation import Reservation
+    from loadmaster.scheduling.state import WorkingState
+    from loadmaster.scheduling.view_failures import ViewFailures
 
 
 @dataclass(eq=False)
@@ -76,6 +78,14 @@ class Session:
     place_failures: dict[Hashable, tuple[int, Status]] = field(default_factory=dict)
     """Placements on the cycle's state that placed nothing, with the ``state_version`` they were
     made at (see allocate._place_on_cycle_state)."""
+    view_failures: ViewFailures | None = None
+    """Failed placements kept across cycles by the free resources they were tried on
+    (``view_failures``; allocate._place_remembered), or None where the scheduler keeps none."""
+    view_content: dict[int, tuple[WorkingState, int, Hashable]] = field(default_factory=dict)
+    """The free resources of each state placed on in the cycle, as a key, with the state and the
+    ``state_version`` they were read at (allocate._content)."""
+    mask_bytes: dict[int, tuple[BoolArray, bytes]] = field(default_factory=dict)
+    """Each allowed-node mask of the cycle as bytes, with the mask (allocate._mask_bytes)."""
     as_for_smaller: dict[int, tuple[Status, Status]] = field(default_factory=dict)
     """Each failure (by id, with the object) as the reason of a larger request (allocate._dominated)."""
     fits_now: dict[Hashable, tuple[int, bool]] = field(default_factory=dict)

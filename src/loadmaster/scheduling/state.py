@@ -298,6 +298,15 @@ class WorkingState:
             pods_free=self.pods_free.copy() if self.pods_free is not None else None,
         )
 
+    def free_bytes(self) -> bytes:
+        """The free resources placement reads, as bytes: GPUs, CPU, memory and task slots (whole-GPU
+        counts and shares follow from the GPUs). Two states of one node table and no MIG pool with
+        the same bytes place alike."""
+        parts = [self.gpu_free.tobytes(), self.cpu_free.tobytes(), self.memory_free.tobytes()]
+        if self.pods_free is not None:
+            parts.append(self.pods_free.tobytes())
+        return b"".join(parts)
+
     def mark(self) -> int:
         """A point to roll back to."""
         return len(self._log)

@@ -417,10 +417,7 @@ def try_place(
     if state is session.ctx.state:  # the common case: no view to switch to (a context manager costs)
         placed, status = _place_on_cycle_state(session, pending, allowed, scoring, all_or_nothing=whole)
     else:
-        with session.ctx.viewing(state):
-            placed, status = place_job(
-                pending, allowed, session.ctx, scoring, session.profile.place_gang, all_or_nothing=whole
-            )
+        placed, status = _place_on_view(session, pending, allowed, scoring, state, all_or_nothing=whole)
     permit = _permit(session, pending, len(placed))
     if not permit.ok or not placed:
         state.rollback(mark)
@@ -449,29 +446,91 @@ def _place_on_cycle_state(
     else (a queue's requests that differ only in GPU memory, say, or partly bound gangs) fail
     alike until the next bind, with the same reason, and the attempt is made once.
     """
-    topology = session.profile.place_gang
-    key = _failure_key(session, pending, allowed, scoring)
-    if key is not None and all_or_nothing:
-        # A gang failed by count placed nothing where a job that may start with fewer tasks
-        # (a lower min_available, same request) places some: the two must not share a memo entry.
-        key = (key, "all or nothing")
+    key = _failure_key(session, pending, scoring, all_or_nothing=all_or_nothing)
     if key is not None:
-        hit = session.place_failures.get(key)
+        hit = session.place_failures.get((id(allowed), key))  # the mask is kept by Session.allowed
         if hit is not None and hit[0] == session.state_version:
             return [], hit[1]
-    placed, status = place_job(
-        pending, allowed, session.ctx, scoring, topology, all_or_nothing=all_or_nothing
-    )
+    placed, status = _place_remembered(session, pending, allowed, scoring, key, all_or_nothing=all_or_nothing)
     if key is not None and not placed and not status.ok:
-        session.place_failures[key] = (session.state_version, status)
+        session.place_failures[(id(allowed), key)] = (session.state_version, status)
     return placed, status
 
 
+def _place_on_view(
+    session: Session,
+    pending: PendingJob,
+    allowed: BoolArray,
+    scoring: Scoring,
+    view: WorkingState,
+    *,
+    all_or_nothing: bool,
+) -> tuple[list[TaskPlacement], Status]:
+    """:func:`place_job` on ``view`` (a backfill shadow of the cycle's state), or a failure an
+    earlier cycle met on the same free resources (:mod:`~loadmaster.scheduling.view_failures`)."""
+    key = _failure_key(session, pending, scoring, all_or_nothing=all_or_nothing)
+    with session.ctx.viewing(view):
+        return _place_remembered(session, pending, allowed, scoring, key, all_or_nothing=all_or_nothing)
+
+
+def _place_remembered(
+    session: Session,
+    pending: PendingJob,
+    allowed: BoolArray,
+    scoring: Scoring,
+    key: Hashable | None,
+    *,
+    all_or_nothing: bool,
+) -> tuple[list[TaskPlacement], Status]:
+    """:func:`place_job` on the context's state, where the scheduler keeps failures across cycles
+    (``Session.view_failures``) and ``key`` is what a failure depends on besides the free
+    resources and the allowed nodes: a failure met on the same three before, or the attempt."""
+    memo = session.view_failures
+    state = session.ctx.state
+    if memo is None or key is None or state.mig is not None:
+        return place_job(
+            pending, allowed, session.ctx, scoring, session.profile.place_gang, all_or_nothing=all_or_nothing
+        )
+    view, mask = _content(session, state), _mask_bytes(session, allowed)
+    known = memo.get(view, (mask, key))
+    if known is not None:
+        return [], known
+    placed, status = place_job(
+        pending, allowed, session.ctx, scoring, session.profile.place_gang, all_or_nothing=all_or_nothing
+    )
+    if not placed and not status.ok:
+        memo.put(view, (mask, key), status)
+    return placed, status
+
+
+def _content(session: Session, state: WorkingState) -> Hashable:
+    """The free resources of ``state`` and its node table, as a key: made once per state and bind
+    (every change to the cycle's state or to a shadow of it is a bind, which bumps the version;
+    a placement tried on it is rolled back before anything else reads it)."""
+    found = session.view_content.get(id(state))
+    if found is not None and found[0] is state and found[1] == session.state_version:
+        return found[2]
+    content = (state.nodes, state.free_bytes())
+    session.view_content[id(state)] = (state, session.state_version, content)
+    return content
+
+
+def _mask_bytes(session: Session, allowed: BoolArray) -> bytes:
+    """``allowed`` as bytes, made once per mask and cycle (the masks are kept by Session.allowed)."""
+    found = session.mask_bytes.get(id(allowed))
+    if found is not None and found[0] is allowed:
+        return found[1]
+    mask = allowed.tobytes()
+    session.mask_bytes[id(allowed)] = (allowed, mask)
+    return mask
+
+
 def _failure_key(
-    session: Session, pending: PendingJob, allowed: BoolArray, scoring: Scoring
+    session: Session, pending: PendingJob, scoring: Scoring, *, all_or_nothing: bool
 ) -> Hashable | None:
-    """What a failed placement of ``pending`` depends on (see above), or None where that is not
-    all (a topology plugin, or scores that may draw from the random stream, on a gang)."""
+    """What a failed placement of ``pending`` depends on besides the free resources and the allowed
+    nodes (see above), or None where that is not all (a topology plugin, or scores that may draw
+    from the random stream, on a gang)."""
     job = pending.job
     if session.profile.place_gang is not None:
         return None
@@ -480,7 +539,9 @@ def _failure_key(
         return None
     request = job.request
     return (
-        id(allowed),  # kept alive by Session.allowed for the cycle
+        # A gang failed by count placed nothing where a job that may start with fewer tasks
+        # (a lower min_available, same request) places some: the two must not share a memo entry.
+        all_or_nothing,
         request.gpu_milli,
         request.cpu_milli,
         request.memory_mib,
