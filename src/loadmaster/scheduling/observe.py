@@ -99,11 +99,16 @@ class NodeRows:
         return slot
 
     def arrays(
-        self, running: list[RunningJob], serials: npt.NDArray[np.int64] | None = None
+        self,
+        running: list[RunningJob],
+        serials: npt.NDArray[np.int64] | None = None,
+        *,
+        until: float = math.inf,
     ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-        """The placements of ``running`` in order: node and GPUs of each, the index of the job each
-        belongs to, and each job's expected end. ``serials``: the runs' serial numbers in the same
-        order (the snapshot's ``running_serials``), when the driver gives them."""
+        """The placements of the jobs of ``running`` expected to end by ``until``, in order: node and
+        GPUs of each, the index of the job each belongs to among those, and each one's expected
+        end. ``serials``: the runs' serial numbers in the same order (the snapshot's
+        ``running_serials``), when the driver gives them."""
         if len(self._jobs) > 2 * len(running) + 1024:
             self.__init__()  # type: ignore[misc]
         if serials is not None:
@@ -117,6 +122,8 @@ class NodeRows:
                     self._add(job) if slot is None else slot for job, slot in zip(running, slots, strict=True)
                 ]
             index = np.array(slots, dtype=np.int64)
+        if until < math.inf:
+            index = index[self._end[index] <= until]  # jobs in order, as every later step keeps them
         counts = self._count[index]
         upto = np.zeros(len(index) + 1, dtype=np.int64)
         np.cumsum(counts, out=upto[1:])
@@ -142,13 +149,15 @@ def node_features(
     running = list(snapshot.running)
     if running:
         # Serials only for a kept book: a fresh one adds every job anyway, and by object is cheaper.
+        # Only placements of jobs that end within the horizon add anything (the others would add
+        # +0.0, which changes no sum): on a large cluster, a small part of the running jobs, so the
+        # book gathers only theirs, in the same order.
+        horizon = float(points[-1])
         rows, weights, owners, ends = (
-            book.arrays(running, snapshot.serials()) if book is not None else NodeRows().arrays(running)
+            book.arrays(running, snapshot.serials(), until=horizon)
+            if book is not None
+            else NodeRows().arrays(running, until=horizon)
         )
-        # Only placements of jobs that end within the horizon add anything (the others add +0.0,
-        # which changes no sum): on a large cluster, a small part of the running jobs.
-        ending = ends[owners] <= points[-1]
-        rows, weights, owners = rows[ending], weights[ending], owners[ending]
         after = (points >= ends[:, None]) & (points > now)
         added = after[owners] * weights[:, None]
         # One placement after another into each node's sum, in the jobs' and placements' order
