@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -159,11 +159,17 @@ class PolicyNet:
         if len(x) == 0:
             return np.zeros(0)
         h = x.astype(np.float64)
-        for i, (weight, bias) in enumerate(self.layers):
-            h = h @ weight.astype(np.float64) + bias.astype(np.float64)
-            if i < len(self.layers) - 1:
+        layers = self._layers64
+        for i, (weight, bias) in enumerate(layers):
+            h = h @ weight + bias
+            if i < len(layers) - 1:
                 h = np.tanh(h)
         return np.round(h[:, 0], SCORE_DECIMALS)
+
+    @cached_property
+    def _layers64(self) -> tuple[tuple[F64, F64], ...]:
+        """The layers in float64, made once (the scheduler scores every cycle's queue)."""
+        return tuple((w.astype(np.float64), b.astype(np.float64)) for w, b in self.layers)
 
 
 def save_policy(
