@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,16 +16,6 @@ from loadmaster.scheduling.queue_index import LOOSE, NONE, ClassInfo, ClassVerdi
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
 from loadmaster.scheduling.status import SUCCESS, Code, Status, unschedulable, wait
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Deferred:
-    """A view of the cycle's state (a backfill shadow) made only if a placement must be tried on
-    it: most failures on it are known from earlier cycles by what it is made of (``content``: the
-    cycle's free resources and what the view takes out of them), without building it."""
-
-    content: Callable[[], Hashable]
-    build: Callable[[], WorkingState]
 
 
 def run(session: Session) -> None:
@@ -391,7 +381,7 @@ def try_place(
     session: Session,
     pending: PendingJob,
     scoring: Scoring,
-    state: WorkingState | Deferred,
+    state: WorkingState,
     view: Hashable = "now",
     *,
     job_shape: int | None = None,
@@ -399,9 +389,9 @@ def try_place(
     """Place ``pending`` on ``state`` and, if permitted, commit it to the cycle's state and bind it.
 
     ``state`` is the cycle's state, or a shadow of it with reserved capacity
-    taken out (backfill), named by ``view`` for the memo of failed shapes, and built only if a
-    placement is tried (:class:`Deferred`); a placement that fits a shadow fits the real state.
-    ``job_shape`` saves recomputing :func:`shape_of` where the caller has it.
+    taken out (backfill), named by ``view`` for the memo of failed shapes; a
+    placement that fits a shadow fits the real state. ``job_shape`` saves
+    recomputing :func:`shape_of` where the caller has it.
     """
     if job_shape is None:
         job_shape = shape_of(session, pending.job)
@@ -419,51 +409,29 @@ def try_place(
     allowed = allowed_nodes(session, pending.job)
     if isinstance(allowed, Status):
         return allowed
+    mark = state.mark()
     # A gang whose permit refuses any placement short of its remaining tasks (permits are monotone:
     # refusing n placed tasks, they refuse fewer) may fail without being placed task by task.
     left = pending.job.tasks - len(pending.bound)
     whole = left > 1 and not all(plugin.permits(pending, left - 1) for plugin in session.profile.permit)
-    content = None
-    if isinstance(state, Deferred):
-        key = _failure_key(session, pending, scoring, all_or_nothing=whole)
-        memo = session.view_failures if key is not None and session.ctx.state.mig is None else None
-        if memo is not None:
-            content, key = state.content(), (_mask_bytes(session, allowed), key)
-            known = memo.get(content, key)
-            if known is not None:  # as a placement that placed nothing and failed so (below)
-                _permit(session, pending, 0)
-                _failed(session, pending, job_shape, view, known)
-                return known
-        state = state.build()
-    mark = state.mark()
     if state is session.ctx.state:  # the common case: no view to switch to (a context manager costs)
         placed, status = _place_on_cycle_state(session, pending, allowed, scoring, all_or_nothing=whole)
     else:
-        placed, status = _place_on_view(
-            session, pending, allowed, scoring, state, all_or_nothing=whole, content=content
-        )
+        placed, status = _place_on_view(session, pending, allowed, scoring, state, all_or_nothing=whole)
     permit = _permit(session, pending, len(placed))
     if not permit.ok or not placed:
         state.rollback(mark)
         failure = status if not status.ok else permit
-        _failed(session, pending, job_shape, view, failure, placed=not status.ok)
+        if not pending.bound:
+            session.failed_shapes[shape] = failure
+            if not status.ok:
+                _remember_failure(session, pending.job, job_shape, view, failure)
         return failure
     on_cycle_state = state is session.ctx.state
     if not on_cycle_state:
         state.rollback(mark)  # the shadow goes back as it was; the placement is taken on the real state
     commit(session, pending, placed, taken=on_cycle_state)
     return SUCCESS if len(pending.bound) + len(placed) >= pending.job.min_available else status
-
-
-def _failed(
-    session: Session, pending: PendingJob, shape: int, view: Hashable, failure: Status, *, placed: bool = True
-) -> None:
-    """Keep ``failure`` as the verdict of ``pending``'s shape on ``view`` for the cycle, and, where the
-    placement itself failed (``placed``; not a permit), as a failed request for the dominance check."""
-    if not pending.bound:
-        session.failed_shapes[(view, shape)] = failure
-        if placed:
-            _remember_failure(session, pending.job, shape, view, failure)
 
 
 def _place_on_cycle_state(
@@ -497,17 +465,12 @@ def _place_on_view(
     view: WorkingState,
     *,
     all_or_nothing: bool,
-    content: Hashable | None = None,
 ) -> tuple[list[TaskPlacement], Status]:
     """:func:`place_job` on ``view`` (a backfill shadow of the cycle's state), or a failure an
-    earlier cycle met on the same free resources (:mod:`~loadmaster.scheduling.view_failures`).
-    ``content``: what the view is made of (:class:`Deferred`), the memo's key for it; None: its
-    own free resources."""
+    earlier cycle met on the same free resources (:mod:`~loadmaster.scheduling.view_failures`)."""
     key = _failure_key(session, pending, scoring, all_or_nothing=all_or_nothing)
     with session.ctx.viewing(view):
-        return _place_remembered(
-            session, pending, allowed, scoring, key, all_or_nothing=all_or_nothing, content=content
-        )
+        return _place_remembered(session, pending, allowed, scoring, key, all_or_nothing=all_or_nothing)
 
 
 def _place_remembered(
@@ -518,7 +481,6 @@ def _place_remembered(
     key: Hashable | None,
     *,
     all_or_nothing: bool,
-    content: Hashable | None = None,
 ) -> tuple[list[TaskPlacement], Status]:
     """:func:`place_job` on the context's state, where the scheduler keeps failures across cycles
     (``Session.view_failures``) and ``key`` is what a failure depends on besides the free
@@ -529,8 +491,7 @@ def _place_remembered(
         return place_job(
             pending, allowed, session.ctx, scoring, session.profile.place_gang, all_or_nothing=all_or_nothing
         )
-    view = content if content is not None else state_content(session, state)
-    mask = _mask_bytes(session, allowed)
+    view, mask = _content(session, state), _mask_bytes(session, allowed)
     known = memo.get(view, (mask, key))
     if known is not None:
         return [], known
@@ -542,7 +503,7 @@ def _place_remembered(
     return placed, status
 
 
-def state_content(session: Session, state: WorkingState) -> Hashable:
+def _content(session: Session, state: WorkingState) -> Hashable:
     """The free resources of ``state`` and its node table, as a key: made once per state and bind
     (every change to the cycle's state or to a shadow of it is a bind, which bumps the version;
     a placement tried on it is rolled back before anything else reads it)."""

@@ -17,14 +17,7 @@ import bisect
 from collections.abc import Collection, Hashable, Iterator, Sequence
 
 from loadmaster.model import PendingJob, RunningJob, TaskPlacement
-from loadmaster.scheduling.actions.allocate import (
-    Deferred,
-    admit,
-    allowed_nodes,
-    shape_of,
-    state_content,
-    try_place,
-)
+from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, shape_of, try_place
 from loadmaster.scheduling.actions.allocate import walk as allocate_walk
 from loadmaster.scheduling.actions.promise import keep_promise, start_as_promised
 from loadmaster.scheduling.decisions import Bind, Reserve
@@ -64,8 +57,6 @@ class _Shadows:
         self._starts: list[float] = []
         self._order: list[int] = []
         """Indices of the reservations in start order (ties: in the order they were made)."""
-        self._taken: dict[Hashable, bytes] = {}
-        """The summed holdings of each shadow's reservations, as bytes, by its memo key."""
         self._keys: dict[int, Hashable] = {}
         """Memo key of the shadow less the first k reservations in start order, by k (made when
         first asked for since the last reservation, not all of them at every reservation)."""
@@ -76,8 +67,8 @@ class _Shadows:
             for placement in placements:
                 state.take_clamped(placement)
 
-    def key(self, end_s: float) -> Hashable:
-        """The memo key of the view of a run from now to ``end_s`` (see :meth:`view`), without the view.
+    def view(self, end_s: float) -> tuple[Hashable, WorkingState]:
+        """The state less the reservations overlapping a run from now to ``end_s``, and its memo key.
 
         Every reservation starts at or after now and ends after it, so the
         ones a run from now overlaps are those starting before ``end_s``: a
@@ -92,39 +83,10 @@ class _Shadows:
             self._keys.clear()
         count = bisect.bisect_left(self._starts, end_s)
         if not count:
-            return "now"
+            return "now", self.session.ctx.state
         key = self._keys.get(count)
         if key is None:
             key = self._keys[count] = ("shadow", tuple(sorted(self._order[:count])))
-        return key
-
-    def deferred(self, end_s: float) -> tuple[Hashable, WorkingState | Deferred]:
-        """:meth:`view`, with a shadow made only if a placement is tried on it (:class:`Deferred`)."""
-        key = self.key(end_s)
-        if key == "now":
-            return key, self.session.ctx.state
-        return key, Deferred(lambda: self._content(key), lambda: self.view(end_s)[1])
-
-    def _content(self, key: Hashable) -> Hashable:
-        """What the shadow named ``key`` is made of: the cycle's free resources now (it is kept in
-        step with every bind) and the summed holdings of its reservations, as a key."""
-        taken = self._taken.get(key)
-        if taken is None:
-            assert isinstance(key, tuple)
-            held = self.sums.of(key[1])
-            assert held is not None
-            taken = self._taken[key] = held.flat.tobytes()
-        return ("shadow", state_content(self.session, self.session.ctx.state), taken)
-
-    def view(self, end_s: float) -> tuple[Hashable, WorkingState]:
-        """The state less the reservations overlapping a run from now to ``end_s``, and its memo key.
-
-        A shadow is made when first asked for, from the state as it is then: the same as one made
-        earlier and kept in step with the binds since (:meth:`on_bind`).
-        """
-        key = self.key(end_s)
-        if key == "now":
-            return key, self.session.ctx.state
         cached = self._cache.get(key)
         if cached is None:
             cached = without(
@@ -219,11 +181,11 @@ class _Walk:
             session.statuses[job.id] = known  # it fails on the whole cluster, so on any shadow of it
             return
         run_s = self.plugin.estimate_s(job, ctx)
-        key, view = self.shadows.deferred(ctx.now + run_s)
+        key, view = self.shadows.view(ctx.now + run_s)
         known = None if pending.bound or reserving else session.failed_shapes.get((key, shape))
         status = (
             self._too_late(ctx.now + run_s)
-            or self._as_promised(pending, view)
+            or start_as_promised(session, pending, view)
             or known  # failed on this very view before: the common case once the cluster is full
             or try_place(session, pending, self.scoring, view, key, job_shape=shape)
         )
@@ -247,12 +209,6 @@ class _Walk:
                 self.per_lane[lane] = held + 1
                 self.starving_held += starving
         session.statuses[job.id] = status
-
-    def _as_promised(self, pending: PendingJob, view: WorkingState | Deferred) -> Status | None:
-        """:func:`start_as_promised`, the view made only for a job that holds a promise."""
-        if pending.job.id not in self.session.promised:
-            return None
-        return start_as_promised(self.session, pending, view.build() if isinstance(view, Deferred) else view)
 
     def _note_reserved(self, status: Status) -> Status:
         """``status`` saying that GPUs held for reservations were not counted (one object per failure)."""
