@@ -4,7 +4,7 @@ A placement that places nothing is a function of the free resources it was tried
 nodes and what fit reads of the job (``allocate._failure_key`` says when that is all). The cycle's
 memo (``Session.place_failures``) keeps such failures until the next bind; this one keeps them for
 later cycles, keyed by what they read rather than by when they were made: the free resources as
-bytes (``reservation.state_bytes``), the node table, and the allowed nodes as bytes. A later cycle
+bytes (``WorkingState.free_bytes``), the node table, and the allowed nodes as bytes. A later cycle
 whose state, or backfill shadow, holds exactly the same free resources gets the same failure, with
 the same reason, without the attempt.
 
@@ -24,7 +24,8 @@ from collections.abc import Hashable
 from loadmaster.scheduling.status import Status
 
 VIEWS = 64
-"""Distinct free-resource contents kept (the newest used): a cycle tries a few views, and a
+"""Distinct free-resource contents kept (those a failure was last stored for most recently): a
+cycle tries a few views, and a
 content that has not come back in that many is unlikely to (1,000 x 8 GPUs: about 80 KB each)."""
 
 PER_VIEW = 4096
@@ -51,7 +52,7 @@ class ViewFailures:
 
     def put(self, view: Hashable, key: Hashable, status: Status) -> None:
         self.misses += 1
-        found = self._by_view.pop(view, None)  # re-inserted last: the dict's order is by last use
+        found = self._by_view.pop(view, None)  # re-inserted last: the dict's order is by last store
         if found is None or len(found) >= PER_VIEW:
             found = {}
         found[key] = status

@@ -505,8 +505,10 @@ def _place_remembered(
 
 def _content(session: Session, state: WorkingState) -> Hashable:
     """The free resources of ``state`` and its node table, as a key: made once per state and bind
-    (every change to the cycle's state or to a shadow of it is a bind, which bumps the version;
-    a placement tried on it is rolled back before anything else reads it)."""
+    (every change to the cycle's state or to a shadow of it is a bind or an eviction, which bump
+    the version; a placement tried on it is rolled back before anything else reads it). Anything
+    new that changes a state in place must bump it too: the failures kept under this key last
+    across cycles (``Session.view_failures``)."""
     found = session.view_content.get(id(state))
     if found is not None and found[0] is state and found[1] == session.state_version:
         return found[2]
