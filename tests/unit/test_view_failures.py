@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.builders import StatusLog, assert_same_tables, lab_runs_with_and_without, profile
 
+from builders import StatusLog, assert_same_tables, lab_runs_with_and_without, profile
 from loadmaster.model import Job, Node, NodeTable, ResourceType, TaskRequest, TraceJob
 from loadmaster.model.cuda import CudaVersion
 from loadmaster.scheduling.status import unschedulable
