@@ -25,8 +25,8 @@ from loadmaster.scheduling.status import Status
 
 VIEWS = 64
 """Distinct free-resource contents kept (those a failure was last stored for most recently): a
-cycle tries a few views, and a
-content that has not come back in that many is unlikely to (1,000 x 8 GPUs: about 80 KB each)."""
+cycle tries a few views, and a content that has not come back in that many is unlikely to
+(1,000 x 8 GPUs: about 80 KB each)."""
 
 PER_VIEW = 4096
 """Failures kept per content: past that, the content's failures are dropped and kept afresh."""

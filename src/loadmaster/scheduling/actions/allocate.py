@@ -485,21 +485,18 @@ def _place_remembered(
     """:func:`place_job` on the context's state, where the scheduler keeps failures across cycles
     (``Session.view_failures``) and ``key`` is what a failure depends on besides the free
     resources and the allowed nodes: a failure met on the same three before, or the attempt."""
-    memo = session.view_failures
-    state = session.ctx.state
-    if memo is None or key is None or state.mig is not None:
-        return place_job(
-            pending, allowed, session.ctx, scoring, session.profile.place_gang, all_or_nothing=all_or_nothing
-        )
-    view, mask = _content(session, state), _mask_bytes(session, allowed)
-    known = memo.get(view, (mask, key))
-    if known is not None:
-        return [], known
+    memo, state = session.view_failures, session.ctx.state
+    keys: tuple[Hashable, Hashable] | None = None  # the state's content; the mask and the job's key
+    if memo is not None and key is not None and state.mig is None:
+        keys = (_content(session, state), (_mask_bytes(session, allowed), key))
+        known = memo.get(*keys)
+        if known is not None:
+            return [], known
     placed, status = place_job(
         pending, allowed, session.ctx, scoring, session.profile.place_gang, all_or_nothing=all_or_nothing
     )
-    if not placed and not status.ok:
-        memo.put(view, (mask, key), status)
+    if memo is not None and keys is not None and not placed and not status.ok:
+        memo.put(*keys, status)
     return placed, status
 
 
