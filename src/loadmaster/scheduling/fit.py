@@ -94,6 +94,30 @@ def fits_one(state: WorkingState, request: TaskRequest) -> BoolArray:
     return mask
 
 
+_WHOLE_PHRASE = "largest free block is {v}"
+_SHARE_PHRASE = "largest free share is {v}m"
+
+
+def block_shortfall(state: WorkingState, request: TaskRequest, allowed: BoolArray) -> str | None:
+    """:func:`explain`'s reason where its first check already fails: no allowed node has the whole
+    GPUs (or the share of one GPU) a task asks for. Found from ``WorkingState.largest_block``, kept
+    while the state is unchanged, so the many requests of a cycle that fail for want of GPUs do not
+    scan the nodes each. None where some allowed node has them, or the request asks no GPU or MIG.
+    """
+    if request.whole_gpus:
+        wanted, fractional, unit, phrase = request.whole_gpus, False, "", _WHOLE_PHRASE
+    elif request.is_fractional:
+        wanted, fractional, unit, phrase = request.gpu_milli, True, "m", _SHARE_PHRASE
+    else:
+        return None
+    best, value = state.largest_block(allowed, fractional=fractional)
+    if value >= wanted:
+        return None
+    # value is -1 only where no node is allowed: explain then names node 0 with nothing free.
+    text = phrase.format(v=max(value, 0))
+    return f"gpu: want {wanted}{unit} on one node, {text} on {state.nodes.nodes[best].name}"
+
+
 def explain(
     state: WorkingState, request: TaskRequest, allowed: BoolArray, taken: IntArray | None = None
 ) -> str:
@@ -111,13 +135,17 @@ def explain(
     def less(free: IntArray, per_task: int) -> IntArray:
         return free if taken is None else free - taken * per_task
 
+    if taken is None:
+        short = block_shortfall(state, request, allowed)
+        if short is not None:
+            return short
     names = state.nodes.nodes
     checks: list[tuple[str, int, IntArray, str]] = []
     if request.whole_gpus:
         whole = less(state.whole_free, request.whole_gpus)
-        checks.append(("gpu", request.whole_gpus, whole, "largest free block is {v}"))
+        checks.append(("gpu", request.whole_gpus, whole, _WHOLE_PHRASE))
     elif request.is_fractional:
-        checks.append(("gpu", request.gpu_milli, state.largest_share, "largest free share is {v}m"))
+        checks.append(("gpu", request.gpu_milli, state.largest_share, _SHARE_PHRASE))
     elif request.mig_profile is not None:
         phrase = "most free is {v}"
         checks.append((f"MIG {request.mig_profile}", 1, mig_free(state, request.mig_profile), phrase))

@@ -137,6 +137,12 @@ def place_job(
     remaining = pending.job.tasks - len(pending.bound)
     if remaining == 1 and topology is None:
         return _place_one(pending, allowed, ctx, scoring)
+    if topology is None and request.mig_profile is None and scoring.pure:
+        # No allowed node has the GPUs of one task: every node's capacity is 0, so the loop below
+        # would score the nodes (pure: no draw to skip), find no node and fail with this reason.
+        short = fit.block_shortfall(ctx.state, request, allowed)
+        if short is not None:
+            return [], unschedulable(_shortfall(pending, 0, allowed, ctx, why=short), "fit")
     used: list[int] = []
     placed: list[TaskPlacement] = []
     choose = topology.choose_node if topology is not None else default_choose_node
@@ -181,6 +187,9 @@ def _place_one(
 ) -> tuple[list[TaskPlacement], Status]:
     """The common case, one task left: the best-scoring node that fits (what the general loop does)."""
     request = pending.job.request
+    short = fit.block_shortfall(ctx.state, request, allowed)  # the usual failure, found without a scan
+    if short is not None:
+        return [], unschedulable(_shortfall(pending, 0, allowed, ctx, why=short), "fit")
     fits = allowed & fit.fits_one(ctx.state, request)
     if not fits.any():
         return [], unschedulable(_shortfall(pending, 0, allowed, ctx), "fit")
@@ -252,10 +261,14 @@ def _shortfall(
     allowed: BoolArray,
     ctx: CycleContext,
     taken: npt.NDArray[np.int64] | None = None,
+    *,
+    why: str | None = None,
 ) -> str:
-    """Why task ``placed + 1`` (after the bound ones) found no node; ``taken``: see ``fit.explain``."""
+    """Why task ``placed + 1`` (after the bound ones) found no node; ``taken``: see ``fit.explain``;
+    ``why``: the resource's reason where the caller has it (``fit.block_shortfall``)."""
     job = pending.job
-    why = fit.explain(ctx.state, job.request, allowed, taken)
+    if why is None:
+        why = fit.explain(ctx.state, job.request, allowed, taken)
     if job.cuda is not None and CUDA_FILTERED in ctx.data:  # say which drivers the counted nodes have
         why = f"{why} (counting only nodes with {requirement(job.cuda, job.cuda_compat)} for CUDA {job.cuda})"
     done = len(pending.bound) + placed

@@ -29,6 +29,11 @@ from loadmaster.model import (
 from loadmaster.scheduling.mig_pool import MigPool
 
 IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+_LARGEST_KEPT = 256
+"""Masks :meth:`WorkingState.largest_block` keeps answers for: a cycle has a few (one per node filter
+outcome), so this bounds only a state that lives unusually long."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,6 +96,12 @@ class WorkingState:
     mig: MigPool | None = None
     pods_free: IntArray | None = None
     _log: list[TaskPlacement] = field(init=False, default_factory=list)
+    changes: int = field(init=False, default=0)
+    """Counts the writes to the GPU summaries (``whole_free``, ``largest_share``): what
+    :meth:`largest_block` keeps its answers by."""
+    _largest: dict[tuple[int, bool], tuple[int, BoolArray, int, int]] = field(
+        init=False, default_factory=dict
+    )
 
     @classmethod
     def from_snapshot(cls, snapshot: ClusterSnapshot) -> WorkingState:
@@ -108,6 +119,7 @@ class WorkingState:
         )
 
     def _refresh(self, node: int) -> None:
+        self.changes += 1
         summary = node_gpu_summary(self.gpu_free[node])
         self.whole_free[node], self.largest_share[node], self.free_milli[node] = summary
 
@@ -144,6 +156,7 @@ class WorkingState:
             for i in range(count)
         ]
         if per_task:
+            self.changes += 1
             used = per_task * count
             row[chosen[:used]] -= MILLI_PER_GPU
             self.whole_free[node] -= used
@@ -193,6 +206,7 @@ class WorkingState:
         node = placement.node
         delta = sign * placement.gpu_milli
         row = self.gpu_free[node]
+        self.changes += 1
         whole = 0
         for gpu in placement.gpu_indices:
             before = int(row[gpu])
@@ -260,6 +274,7 @@ class WorkingState:
         np.maximum(self.gpu_free - held.gpu, 0, out=self.gpu_free)
         np.maximum(self.cpu_free - held.cpu, 0, out=self.cpu_free)
         np.maximum(self.memory_free - held.memory, 0, out=self.memory_free)
+        self.changes += 1
         self.whole_free, self.largest_share, self.free_milli = gpu_summary(self.gpu_free)
         for placement in held.mig:
             self._mig(placement, -1)  # an instance in use now stays so: counted once, as above
@@ -306,6 +321,23 @@ class WorkingState:
         if self.pods_free is not None:
             parts.append(self.pods_free.tobytes())
         return b"".join(parts)
+
+    def largest_block(self, allowed: BoolArray, *, fractional: bool) -> tuple[int, int]:
+        """The allowed node with the most wholly free GPUs (``fractional``: the largest free share of
+        one GPU), and that amount (-1 where no node is allowed): the first thing ``fit.explain``
+        reads. Kept per mask until the GPU summaries change: a cycle's walk asks it for every
+        request that fails, on the same state and the same few masks."""
+        key = (id(allowed), fractional)
+        found = self._largest.get(key)
+        if found is not None and found[0] == self.changes and found[1] is allowed:  # the mask is held
+            return found[2], found[3]
+        free = self.largest_share if fractional else self.whole_free
+        best = int(np.argmax(np.where(allowed, free, -1)))
+        value = int(free[best]) if allowed[best] else -1
+        if len(self._largest) >= _LARGEST_KEPT:
+            self._largest.clear()
+        self._largest[key] = (self.changes, allowed, best, value)
+        return best, value
 
     def mark(self) -> int:
         """A point to roll back to."""
