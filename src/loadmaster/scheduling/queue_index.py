@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from loadmaster.model import ClusterSnapshot, PendingJob, PendingLog
 from loadmaster.model.pending_log import Change
-from loadmaster.scheduling.status import Status
+from loadmaster.scheduling.status import Status, as_for_smaller
 
 IntArray = npt.NDArray[np.int64]
 
@@ -77,23 +77,40 @@ NONE = np.iinfo(np.int64).max
 
 
 class ClassVerdicts:
-    """The verdict of each class in one cycle: its shape's failure, or a smaller request's failure
-    that dominates it (by the number of that failure in ``derived``), or none."""
+    """The verdict of each class in one cycle: its shape's failure, or the first failure compared
+    with the classes (``compared``, in the walk's order) of a request of its group that asks no
+    more on any resource, as the reason of a larger request; or none.
 
-    __slots__ = ("derived", "dominated", "failed")
+    The walk only records the failures it compares; a dominated class's verdict is found when it
+    is read (once per class, then kept). A cycle's verdicts are read for a few jobs (the simulator
+    reads a job's last status when it starts it), while the walk compares many failures with many
+    classes at every cycle.
+    """
 
-    def __init__(self, classes: int) -> None:
+    __slots__ = ("_found", "_info", "compared", "failed")
+
+    def __init__(self, info: Mapping[int, ClassInfo]) -> None:
         self.failed: dict[int, Status] = {}
-        self.dominated = np.full(classes, -1, dtype=np.int64)
-        self.derived: list[Status] = []
-        """Each dominating failure, as the reason of a larger request."""
+        self.compared: list[tuple[Hashable, tuple[int, int, int, int], Status]] = []
+        """Each failure compared with its group's classes: the group, the request's size, the status."""
+        self._info = info
+        """The index's classes (a class's entry never changes; a rebuilt index makes a new dict)."""
+        self._found: dict[int, Status | None] = {}
 
     def get(self, number: int) -> Status | None:
         found = self.failed.get(number)
-        if found is None and number < len(self.dominated):
-            which = int(self.dominated[number])
-            if which >= 0:
-                return self.derived[which]
+        if found is not None:
+            return found
+        if number in self._found:
+            return self._found[number]
+        info = self._info.get(number)
+        if info is not None and info.group is not None:
+            group, size = info.group, info.size
+            for kept_group, smaller, status in self.compared:
+                if kept_group == group and all(have >= w for have, w in zip(size, smaller, strict=True)):
+                    found = as_for_smaller(status)
+                    break
+        self._found[number] = found
         return found
 
 

@@ -50,6 +50,11 @@ def unschedulable(reason: str, plugin: str = "") -> Status:
     return Status(Code.UNSCHEDULABLE, reason, plugin)
 
 
+def as_for_smaller(status: Status) -> Status:
+    """``status`` as the reason of a request at least as large as the one that failed with it."""
+    return Status(status.code, f"as for a smaller request, {status.reason}", status.plugin)
+
+
 def unresolvable(reason: str, plugin: str = "") -> Status:
     """The job can never start on this cluster for ``reason``."""
     return Status(Code.UNRESOLVABLE, reason, plugin)

@@ -15,7 +15,7 @@ from loadmaster.scheduling.placement import CUDA_FILTERED, Scoring, place_job
 from loadmaster.scheduling.queue_index import LOOSE, NONE, ClassInfo, ClassVerdicts, IntArray, QueueIndex
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.state import WorkingState
-from loadmaster.scheduling.status import SUCCESS, Code, Status, unschedulable, wait
+from loadmaster.scheduling.status import SUCCESS, Code, Status, as_for_smaller, unschedulable, wait
 
 
 def run(session: Session) -> None:
@@ -219,21 +219,19 @@ def _walk_indexed(session: Session, index: QueueIndex, scoring: Scoring) -> None
     the memos (``repeat.CarriedFailures``) finds the same verdict by the same dominance.
     """
     failed, requests, of_shape = session.failed_shapes, session.failed_requests, index.of_shape
-    classes = len(index.first)
-    verdicts = session.class_verdicts = ClassVerdicts(classes)
+    verdicts = session.class_verdicts = ClassVerdicts(index.info)
     place = index.first.copy()
-    resolved = np.zeros(classes, dtype=bool)
     for key, status in failed.items():  # a memo carried from the last cycle: ("now", shape) keys
         number = of_shape.get(key[1], -1) if isinstance(key, tuple) and key[0] == "now" else -1
-        if number >= 0 and not resolved[number]:
-            verdicts.failed[number], resolved[number], place[number] = status, True, NONE
+        if number >= 0 and place[number] != NONE:
+            verdicts.failed[number], place[number] = status, NONE
     compared: dict[Hashable, int] = {}
     """Failures of each group compared with its classes so far."""
     for group in list(requests):
-        _resolve_dominated(session, index, (verdicts, resolved, place), group, compared)
+        _resolve_dominated(session, index, (verdicts, place), group, compared)
     session.dominance_resolved = True
     try:
-        _visit_in_order(session, index, scoring, (verdicts, resolved, place), compared)
+        _visit_in_order(session, index, scoring, (verdicts, place), compared)
     finally:
         session.dominance_resolved = False
 
@@ -242,11 +240,11 @@ def _visit_in_order(
     session: Session,
     index: QueueIndex,
     scoring: Scoring,
-    walk: tuple[ClassVerdicts, BoolArray, IntArray],
+    walk: tuple[ClassVerdicts, IntArray],
     compared: dict[Hashable, int],
 ) -> None:
     """:func:`_walk_indexed`'s visits, the earliest job of the classes not yet resolved first."""
-    verdicts, resolved, place = walk
+    verdicts, place = walk
     failed, requests, classes = session.failed_shapes, session.failed_requests, len(place)
     loose, next_loose = sorted(index.loose), 0
     jobs, members_of, info, cursor = index.jobs, index.members, index.info, dict[int, int]()
@@ -262,7 +260,7 @@ def _visit_in_order(
         _visit(session, jobs[at], scoring)
         known = failed.get(("now", info[number].shape))
         if known is not None:
-            verdicts.failed[number], resolved[number], place[number] = known, True, NONE
+            verdicts.failed[number], place[number] = known, NONE
         else:
             members, step = members_of[number], cursor.get(number, 0) + 1
             cursor[number] = step
@@ -275,24 +273,24 @@ def _visit_in_order(
 def _resolve_dominated(
     session: Session,
     index: QueueIndex,
-    walk: tuple[ClassVerdicts, BoolArray, IntArray],
+    walk: tuple[ClassVerdicts, IntArray],
     group: Hashable,
     compared: dict[Hashable, int],
 ) -> None:
-    """Resolve the classes of ``group`` that its failures kept since the last call dominate."""
-    verdicts, resolved, place = walk
+    """Take the classes of ``group`` that its failures kept since the last call dominate out of the
+    walk; each keeps the first of them that dominates it, found when its verdict is read
+    (``ClassVerdicts``, from the failures recorded here in the order they were kept). A class
+    already out (its own failure, an earlier one's, or every job visited) is unchanged by this.
+    """
+    verdicts, place = walk
     kept = session.failed_requests.get(group, [])
     start, compared[group] = compared.get(group, 0), len(kept)
     for size, status in kept[start:]:
         dominated = index.dominated(group, size)
         if dominated is None:
             return
-        hits = dominated[~resolved[dominated]]
-        if len(hits):
-            resolved[hits] = True
-            place[hits] = NONE
-            verdicts.dominated[hits] = len(verdicts.derived)
-            verdicts.derived.append(_as_for_smaller(session, status))
+        place[dominated] = NONE
+        verdicts.compared.append((group, size, status))
 
 
 def classify(session: Session, pending: PendingJob) -> tuple[int, ClassInfo | None]:
@@ -637,7 +635,7 @@ def _as_for_smaller(session: Session, status: Status) -> Status:
     found = session.as_for_smaller.get(id(status))
     if found is not None and found[0] is status:  # the original is kept, so its id is not reused
         return found[1]
-    derived = Status(status.code, f"as for a smaller request, {status.reason}", status.plugin)
+    derived = as_for_smaller(status)
     session.as_for_smaller[id(status)] = (status, derived)
     return derived
 
