@@ -247,6 +247,7 @@ def _visit_in_order(
     verdicts, place = walk
     failed, requests, classes = session.failed_shapes, session.failed_requests, len(place)
     loose, next_loose = sorted(index.loose), 0
+    quick = not session.profile.permit  # _failed_here's condition, the same for the whole walk
     jobs, members_of, info, cursor = index.jobs, index.members, index.info, dict[int, int]()
     while True:
         number = int(place.argmin()) if classes else 0
@@ -257,8 +258,14 @@ def _visit_in_order(
             continue
         if at == NONE:
             return
-        _visit(session, jobs[at], scoring)
-        known = failed.get(("now", info[number].shape))
+        pending, shape = jobs[at], info[number].shape
+        remembered = _failed_here(session, pending, shape, scoring) if quick else None
+        if remembered is None:
+            _visit(session, pending, scoring)
+        else:  # what the visit does with a failure found in the memo (see _failed_here)
+            session.statuses[pending.job.id] = failed[("now", shape)] = remembered
+            _remember_failure(session, pending.job, shape, "now", remembered)
+        known = failed.get(("now", shape))
         if known is not None:
             verdicts.failed[number], place[number] = known, NONE
         else:
@@ -268,6 +275,26 @@ def _visit_in_order(
         group = info[number].group
         if group is not None and len(requests.get(group, ())) > compared.get(group, 0):
             _resolve_dominated(session, index, walk, group, compared)
+
+
+def _failed_here(session: Session, pending: PendingJob, shape: int, scoring: Scoring) -> Status | None:
+    """The failure a visit of ``pending`` (a class's job, no task bound) would find in the cycle's
+    memo of failed placements (``_place_on_cycle_state``), without the visit; None where the visit
+    must be made.
+
+    In the indexed walk the visit admits (no admission there), finds no failed shape (its class
+    would be resolved) and no dominating failure (its class would be out), takes the shape's
+    allowed nodes and, with no permit plugin (``quick``), looks the placement up by the same key:
+    a hit since the last bind fails the job with that status, which the caller records as
+    ``try_place`` and ``_visit`` do. Most visits of a long queue end so: requests that differ only
+    in what placement does not read (GPU memory) after the first of them failed.
+    """
+    allowed = session.allowed.get(shape)
+    if allowed is None or isinstance(allowed, Status):
+        return None  # not yet asked in this cycle (the visit makes the mask), or no node at all
+    key = _failure_key(session, pending, scoring, all_or_nothing=False)
+    hit = session.place_failures.get((id(allowed), key)) if key is not None else None
+    return hit[1] if hit is not None and hit[0] == session.state_version else None
 
 
 def _resolve_dominated(
