@@ -292,7 +292,12 @@ def _failed_here(session: Session, pending: PendingJob, shape: int, scoring: Sco
     allowed = session.allowed.get(shape)
     if allowed is None or isinstance(allowed, Status):
         return None  # not yet asked in this cycle (the visit makes the mask), or no node at all
-    key = _failure_key(session, pending, scoring, all_or_nothing=False)
+    return _failed_since_bind(session, allowed, _failure_key(session, pending, scoring, all_or_nothing=False))
+
+
+def _failed_since_bind(session: Session, allowed: BoolArray, key: Hashable | None) -> Status | None:
+    """The failure of a placement with failure key ``key`` on ``allowed``, tried on the cycle's
+    state since its last bind (``Session.place_failures``; the mask is kept by Session.allowed)."""
     hit = session.place_failures.get((id(allowed), key)) if key is not None else None
     return hit[1] if hit is not None and hit[0] == session.state_version else None
 
@@ -472,10 +477,9 @@ def _place_on_cycle_state(
     alike until the next bind, with the same reason, and the attempt is made once.
     """
     key = _failure_key(session, pending, scoring, all_or_nothing=all_or_nothing)
-    if key is not None:
-        hit = session.place_failures.get((id(allowed), key))  # the mask is kept by Session.allowed
-        if hit is not None and hit[0] == session.state_version:
-            return [], hit[1]
+    known = _failed_since_bind(session, allowed, key)
+    if known is not None:
+        return [], known
     placed, status = _place_remembered(session, pending, allowed, scoring, key, all_or_nothing=all_or_nothing)
     if key is not None and not placed and not status.ok:
         session.place_failures[(id(allowed), key)] = (session.state_version, status)
