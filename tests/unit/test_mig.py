@@ -322,7 +322,7 @@ def test_the_working_state_refuses_a_mig_view_that_is_not_a_pool() -> None:
 
 
 def test_a_failed_mig_request_does_not_fail_a_request_of_another_profile_as_smaller() -> None:
-    # The dominance check (allocate._dominated) compares request sizes, and a MIG request's
+    # The dominance check (allocate.dominated) compares request sizes, and a MIG request's
     # milli-GPU is 0 whatever its profile: a 3g.40gb that the layout lacks once made a 1g.10gb
     # behind it "fail as for a smaller request" in a non-strict walk, which never started it.
     jobs = mig_jobs("3g.40gb", 1) + mig_jobs("1g.10gb", 1, submit_s=1.0)

@@ -223,7 +223,7 @@ class CarriedFailures:
     the state (:func:`carries_failures`), and in a cycle that bound nothing the state never changed,
     so each failure that cycle found is the one a walk on the same state would find again; the
     order matters only for which smaller request a larger one is said to fail like
-    (``allocate._dominated`` cites the first it kept), so the memos are handed over only if the
+    (``allocate.dominated`` cites the first it kept), so the memos are handed over only if the
     last cycle's queue is the start of this one's, in the same order: the walk then meets the same
     jobs first, finds each failure in the memo, and reaches the new jobs with the memos a full walk
     would have by then. Same statuses, same decisions; only the placement attempts are saved.

@@ -50,7 +50,7 @@ class Session:
     failed_requests: dict[Hashable, list[tuple[tuple[int, int, int, int], Status]]] = field(
         default_factory=dict
     )
-    """Requests that could not be placed, by view and group (see allocate._dominated), this cycle."""
+    """Requests that could not be placed, by view and group (see allocate.dominated), this cycle."""
     flat_placements: dict[int, Any] = field(default_factory=dict)
     """Running jobs' placements flattened to arrays (reservation.FlatCache), kept across cycles."""
     promised: dict[str, Reservation] = field(default_factory=dict)
@@ -87,7 +87,7 @@ class Session:
     mask_bytes: dict[int, tuple[BoolArray, bytes]] = field(default_factory=dict)
     """Each allowed-node mask of the cycle as bytes, with the mask (allocate._mask_bytes)."""
     as_for_smaller: dict[int, tuple[Status, Status]] = field(default_factory=dict)
-    """Each failure (by id, with the object) as the reason of a larger request (allocate._dominated)."""
+    """Each failure (by id, with the object) as the reason of a larger request (allocate.dominated)."""
     fits_now: dict[Hashable, tuple[int, bool]] = field(default_factory=dict)
     """Whether a request fits the cycle's state with no eviction, with the ``state_version``
     it was found at (preempt._fits_now)."""

@@ -207,10 +207,10 @@ def _walk_indexed(session: Session, index: QueueIndex, scoring: Scoring) -> None
     class). After a visit the class is resolved if its shape failed, the verdict every later job
     of it gets; else its next job's place takes its slot. Without admission a class is its shape,
     so a visit resolves no other class except by dominance: a request that failed resolves every
-    class of its group asking at least as much on every resource (:func:`_dominated`), which the
+    class of its group asking at least as much on every resource (:func:`dominated`), which the
     full walk finds at its next visit of each. Here each new failure is compared with its group's
     classes at once, in the order the failures were kept, so each class gets the first failure
-    that dominates it, as :func:`_dominated` cites it. Loose jobs (tasks bound) are visited at
+    that dominates it, as :func:`dominated` cites it. Loose jobs (tasks bound) are visited at
     every cycle, as in the full walk. The statuses of jobs not visited are their class's verdict
     (``Session.class_verdicts``, read through ``queue_index.ClassStatuses``).
 
@@ -432,7 +432,7 @@ def try_place(
         if known is not None:
             return known
         # The indexed walk resolves dominated classes before it visits them (``_walk_indexed``).
-        known = None if session.dominance_resolved else _dominated(session, pending.job, job_shape, view)
+        known = None if session.dominance_resolved else dominated(session, pending.job, job_shape, view)
         if known is not None:
             session.failed_shapes[shape] = known
             return known
@@ -633,7 +633,7 @@ def _request_size(job: Job) -> tuple[int, int, int, int]:
     return (r.gpu_milli, r.cpu_milli, r.memory_mib, r.gpu_memory_mib)
 
 
-def _dominated(session: Session, job: Job, shape: int, view: Hashable) -> Status | None:
+def dominated(session: Session, job: Job, shape: int, view: Hashable) -> Status | None:
     """A failure of a job that asks for no more than ``job`` on every resource, in the same group.
 
     Capacity only falls as a request grows (more milli-GPU, CPU or memory per task), so a job

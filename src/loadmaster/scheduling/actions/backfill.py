@@ -17,7 +17,7 @@ import bisect
 from collections.abc import Collection, Hashable, Iterator, Sequence
 
 from loadmaster.model import PendingJob, RunningJob, TaskPlacement
-from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, shape_of, try_place
+from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, dominated, shape_of, try_place
 from loadmaster.scheduling.actions.allocate import walk as allocate_walk
 from loadmaster.scheduling.actions.promise import keep_promise, start_as_promised
 from loadmaster.scheduling.decisions import Bind, Reserve
@@ -74,6 +74,11 @@ class _Shadows:
         ones a run from now overlaps are those starting before ``end_s``: a
         prefix of the reservations in start order, found by bisection.
         """
+        key = self.key(end_s)
+        return key, self.session.ctx.state if key == "now" else self._state(key, end_s)
+
+    def key(self, end_s: float) -> Hashable:
+        """:meth:`view`'s memo key alone, without building the view."""
         if len(self._order) != len(self.reservations):
             # A new reservation goes after those that start at the same time (a stable sort's order).
             for i in range(len(self._order), len(self.reservations)):
@@ -83,10 +88,13 @@ class _Shadows:
             self._keys.clear()
         count = bisect.bisect_left(self._starts, end_s)
         if not count:
-            return "now", self.session.ctx.state
+            return "now"
         key = self._keys.get(count)
         if key is None:
             key = self._keys[count] = ("shadow", tuple(sorted(self._order[:count])))
+        return key
+
+    def _state(self, key: Hashable, end_s: float) -> WorkingState:
         cached = self._cache.get(key)
         if cached is None:
             cached = without(
@@ -96,7 +104,7 @@ class _Shadows:
                 cached = cached.copy()
             self._cache[key] = cached
         # Binds only shrink a shadow, so failures memoised under this key stay true after them.
-        return key, cached
+        return cached
 
 
 class _Futures:
@@ -162,6 +170,8 @@ class _Walk:
         self.done: set[str] = set()
         self._noted: dict[int, tuple[Status, Status]] = {}
         """Each shadow failure with the note that reserved GPUs were not counted, made once."""
+        self.visit_all = bool(session.admission) or self.plugin.ends_before_reservations
+        """Every job goes through :meth:`visit` (see :meth:`answered`)."""
 
     def visit(self, pending: PendingJob, *, starving: bool) -> None:
         """Start ``pending`` now if that delays no reservation, else perhaps reserve for it."""
@@ -209,6 +219,42 @@ class _Walk:
                 self.per_lane[lane] = held + 1
                 self.starving_held += starving
         session.statuses[job.id] = status
+
+    def answered(self, pending: PendingJob) -> bool:
+        """Give ``pending`` the status :meth:`visit` would where the cycle's memos decide it, without
+        the visit; False (nothing done) where the visit must be made.
+
+        The jobs a long queue's walk visits mostly fail on what failed before them in the cycle:
+        their shape on the whole cluster or on their view, or a smaller request of their group
+        (:func:`~loadmaster.scheduling.actions.allocate.dominated`). This asks the same memos in
+        the same order as :meth:`visit` and :func:`try_place` do and records the same status (the
+        dominating failure kept under the job's view and shape, the note that reserved GPUs were not
+        counted), skipping only what does not change the answer: the view itself (a shadow built
+        later, when a visit needs it, is the same state: binds are taken from it clamped), and the
+        placement's set-up. Visits that may do more go through :meth:`visit`: admission, bound tasks,
+        a reservation wanted, a promise to keep, and the rule that jobs end before reservations.
+        """
+        session, job = self.session, pending.job
+        if self.visit_all or pending.bound or job.id in session.promised:
+            return False
+        ctx = session.ctx
+        if self.plugin.wants_reservation(pending, self.per_lane.get(session.lane(job), 0), ctx):
+            return False
+        shape, failed = shape_of(session, job), session.failed_shapes
+        status = failed.get(("now", shape))
+        if status is None:
+            key = self.shadows.key(ctx.now + self.plugin.estimate_s(job, ctx))
+            status = failed.get((key, shape))
+            if status is None:
+                status = dominated(session, job, shape, key)
+                if status is None:
+                    return False
+                failed[(key, shape)] = status  # as try_place keeps it
+            if key != "now":
+                status = self._note_reserved(status)
+        self.done.add(job.id)
+        session.statuses[job.id] = status
+        return True
 
     def _note_reserved(self, status: Status) -> Status:
         """``status`` saying that GPUs held for reservations were not counted (one object per failure)."""
@@ -274,7 +320,8 @@ def run(session: Session) -> None:
             if limit is not None and len(walk.done) >= limit:
                 _stop_testing(session, walk, limit)
                 break
-            walk.visit(pending, starving=False)
+            if not walk.answered(pending):
+                walk.visit(pending, starving=False)
     session.blocked.clear()  # every job now carries its own status from this walk
     session.promised.clear()
     session.promised.update((r.job_id, r) for r in walk.reservations)
