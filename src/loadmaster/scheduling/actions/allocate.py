@@ -448,7 +448,9 @@ def try_place(
         placed, status = _place_on_cycle_state(session, pending, allowed, scoring, all_or_nothing=whole)
     else:
         placed, status = _place_on_view(session, pending, allowed, scoring, state, all_or_nothing=whole)
-    permit = _permit(session, pending, len(placed))
+    # Nothing placed and a failure to say: the permits' verdict would not be read (a gang's refusal
+    # is a formatted reason, made at every failed attempt of every cycle).
+    permit = SUCCESS if not placed and not status.ok else _permit(session, pending, len(placed))
     if not permit.ok or not placed:
         state.rollback(mark)
         failure = status if not status.ok else permit
