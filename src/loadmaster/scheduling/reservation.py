@@ -112,25 +112,70 @@ class HeldSums:
     def __init__(self, reservations: Sequence[Reservation]) -> None:
         self.reservations = reservations
         self._sums: dict[tuple[int, ...], Held] = {}
-        self._stack: IntArray | None = None
-        """Row i: ``reservations[i].held.flat`` (rows are added as the list grows)."""
+        self._built = 0
+        """Reservations whose rows are in the buffers below (the first ``_built``)."""
+        self._flat: IntArray | None = None
+        """Row i: ``reservations[i].held.flat``; rows beyond ``_built`` are room to grow into."""
+        self._starts = np.zeros(0, dtype=np.float64)
+        self._ends = np.zeros(0, dtype=np.float64)
+        self._nodes = np.zeros(0, dtype=np.int64)
+        """The nodes each reservation holds anything of, back to back (see :meth:`arrays`)."""
+        self._upto = np.zeros(1, dtype=np.int64)
+        """Where each reservation's nodes start in ``_nodes``, with a leading 0, for the rows whose
+        nodes were found (:meth:`_find_nodes`)."""
         self._floats: npt.NDArray[np.float64] | None = None
-        """``_stack`` as float64, for :meth:`rows`."""
+        """The rows as float64, for :meth:`rows`."""
         self._spans: (
             tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], IntArray, IntArray, IntArray] | None
         ) = None
-        """:meth:`arrays`, for as many reservations as its arrays have rows."""
-        self._held_nodes: list[IntArray] = []
-        """The nodes each reservation holds anything of, by index (see :meth:`arrays`)."""
+        """:meth:`arrays`, for the first ``_built`` reservations."""
+
+    def _grow(self) -> None:
+        """Add the rows of the reservations appended since the last call (the list only grows).
+
+        The buffers double when full, so a walk's searches, each of which finds one more
+        reservation than the last, add one row each rather than rebuilding every array."""
+        reservations, built = self.reservations, self._built
+        count = len(reservations)
+        if built == count:
+            return
+        flat = self._flat
+        if flat is None or len(flat) < count:
+            room = max(8, 2 * count)
+            grown = np.zeros((room, len(reservations[0].held.flat)), dtype=np.int64)
+            starts, ends = np.zeros(room), np.zeros(room)
+            if flat is not None:
+                grown[:built], starts[:built], ends[:built] = (
+                    flat[:built],
+                    self._starts[:built],
+                    self._ends[:built],
+                )
+            self._flat, self._starts, self._ends = grown, starts, ends
+            flat = grown
+        for i in range(built, count):
+            reservation = reservations[i]
+            flat[i] = reservation.held.flat
+            self._starts[i], self._ends[i] = reservation.start_s, reservation.end_s
+        self._built = count
+
+    def _find_nodes(self, gpus: int) -> None:
+        """Find the nodes of the rows added since the last call (only :meth:`arrays` reads them)."""
+        flat, known = self._flat, len(self._upto) - 1
+        assert flat is not None
+        nodes = flat.shape[1] // (gpus + 2)  # Held.flat: GPUs, then CPU and memory per node
+        found, upto = [self._nodes], [int(self._upto[-1])]
+        for row in flat[known : self._built]:
+            on_gpus = np.flatnonzero(row[: nodes * gpus]) // gpus
+            found.append(np.unique(np.concatenate([on_gpus, np.flatnonzero(row[nodes * gpus :]) % nodes])))
+            upto.append(upto[-1] + len(found[-1]))
+        self._nodes = np.concatenate(found)
+        self._upto = np.concatenate([self._upto, np.array(upto[1:], dtype=np.int64)])
 
     def _stacked(self) -> IntArray:
-        stack, reservations = self._stack, self.reservations
-        if stack is None:
-            stack = self._stack = np.stack([r.held.flat for r in reservations])
-        elif len(stack) < len(reservations):
-            more = [r.held.flat for r in reservations[len(stack) :]]
-            stack = self._stack = np.concatenate([stack, more])
-        return stack
+        """Row i: ``reservations[i].held.flat`` (a view of the buffer)."""
+        self._grow()
+        assert self._flat is not None
+        return self._flat[: self._built]
 
     def arrays(
         self, width: int, gpus: int
@@ -138,21 +183,18 @@ class HeldSums:
         """The reservations' starts, ends and :attr:`Held.flat` rows (``width`` long, for none; ``gpus``
         per node), and the nodes each row holds anything of (reservation i's are ``nodes[upto[i]:
         upto[i + 1]]``), kept and grown with the list (a walk's searches read them all)."""
-        spans, reservations = self._spans, self.reservations
-        if spans is None or len(spans[0]) != len(reservations):
-            stack = self._stacked() if reservations else np.zeros((0, width), dtype=np.int64)
-            nodes = width // (gpus + 2)  # Held.flat: GPUs, then CPU and memory per node
-            held = self._held_nodes
-            for row in stack[len(held) :]:  # each row's nodes found once: the list only grows
-                on_gpus = np.flatnonzero(row[: nodes * gpus]) // gpus
-                held.append(np.unique(np.concatenate([on_gpus, np.flatnonzero(row[nodes * gpus :]) % nodes])))
-            spans = self._spans = (
-                np.array([r.start_s for r in reservations], dtype=np.float64),
-                np.array([r.end_s for r in reservations], dtype=np.float64),
-                stack,
-                np.concatenate(held).astype(np.int64) if held else np.zeros(0, dtype=np.int64),
-                _upto([len(h) for h in held]),
-            )
+        spans = self._spans
+        count = len(self.reservations)
+        if spans is None or len(spans[0]) != count:
+            if not count:
+                empty = np.zeros(0, dtype=np.float64)
+                spans = (empty, empty, np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64),
+                         np.zeros(1, dtype=np.int64))  # fmt: skip
+            else:
+                stack = self._stacked()
+                self._find_nodes(gpus)
+                spans = (self._starts[:count], self._ends[:count], stack, self._nodes, self._upto)
+            self._spans = spans
         return spans
 
     def rows(self, hits: BoolArray) -> IntArray:
@@ -916,12 +958,23 @@ def _advance(future: Future, state: WorkingState, index: int, upto: int) -> Work
 
 
 def _placed_at(
-    pending: PendingJob, time_s: float, run_s: float, view: WorkingState, *, ctx: CycleContext, placer: Placer
+    pending: PendingJob,
+    time_s: float,
+    run_s: float,
+    view: WorkingState,
+    *,
+    ctx: CycleContext,
+    placer: Placer,
+    counted: bool = False,
 ) -> Reservation | None:
     """The reservation from ``time_s`` if the job's tasks are placed on ``view`` (the cluster then,
-    less the reservations the run overlaps), else None."""
+    less the reservations the run overlaps), else None.
+
+    The view's count of tasks is asked first, to skip placements that cannot succeed; ``counted``:
+    the caller has counted ``view`` itself already (the compiled count of :func:`_counted_scan`),
+    where the placement, which succeeds only where the tasks fit, is all that is left to try."""
     need = pending.tasks_left
-    if _room(view, placer.allowed, pending.job.request) < need:
+    if not counted and _room(view, placer.allowed, pending.job.request) < need:
         return None
     with ctx.viewing(view):
         placed, status = place_job(pending, placer.allowed, ctx, placer.scoring, placer.topology)
@@ -998,7 +1051,10 @@ def _counted_scan(
         view_state, index = _advance(future, view_state, index, upto), upto
         held = sums.of(overlaps.at(time_s))
         view = view_state if held is None else without_held(view_state, held)
-        found = _placed_at(pending, time_s, run_s, view, ctx=ctx, placer=placer)
+        # Counted with the view's own free resources except task slots, which the count leaves out
+        found = _placed_at(
+            pending, time_s, run_s, view, ctx=ctx, placer=placer, counted=view.pods_free is None
+        )
         if found is not None:
             return found
 
@@ -1467,7 +1523,9 @@ def _settled(
     for now_free, then_free, now_released, then_released in zip(
         free, last.free, new_released, old_released, strict=True
     ):
-        if not np.array_equal(now_free + now_released, then_free + then_released):
+        # Equal shapes and dtypes (int64), so equal bytes are equal values: np.array_equal's
+        # checks and its boolean array cost more than the comparison, at most searches
+        if (now_free + now_released).tobytes() != (then_free + then_released).tobytes():
             return None
     return settled, found
 
