@@ -80,3 +80,19 @@ class DecayedUsage(Mapping[str, float]):
 
     def __len__(self) -> int:
         return len(self.ledger._value)
+
+    def as_dict(self) -> dict[str, float]:
+        """Every key's usage as of :attr:`now`, in the ledger's order: what ``dict(self.items())``
+        makes, with the same arithmetic as :meth:`UsageLedger.value`, in one comprehension (a
+        priority order reads every owner's usage at every cycle)."""
+        ledger, now = self.ledger, self.now
+        as_of, half_life_s = ledger._as_of, ledger.half_life_s
+        return {
+            key: float(value * 0.5 ** ((now - as_of[key]) / half_life_s))
+            for key, value in ledger._value.items()
+        }
+
+
+def usage_now(usage: Mapping[str, float]) -> dict[str, float]:
+    """``usage`` as a dict of its values (a :class:`DecayedUsage` decays each once)."""
+    return usage.as_dict() if isinstance(usage, DecayedUsage) else dict(usage.items())

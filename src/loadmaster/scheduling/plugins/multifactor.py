@@ -26,6 +26,7 @@ from pydantic import Field
 
 from loadmaster.model import MILLI_PER_GPU, Job
 from loadmaster.model.job import job_group, job_submit, job_user
+from loadmaster.model.usage import usage_now
 from loadmaster.scheduling.framework import CycleContext, FloatArray, OrderPlugin
 
 Weight = Annotated[float, Field(ge=0)]
@@ -112,7 +113,7 @@ def cycle_factors(ctx: CycleContext, shares: Mapping[str, float]) -> CycleFactor
     users, groups = snapshot.owners()
     # Decayed once per key for the cycle (the snapshot's view decays on every access), in the
     # view's own order: the same values summed in the same order.
-    usage = dict(snapshot.usage_gpu_s.items())
+    usage = usage_now(snapshot.usage_gpu_s)
     return CycleFactors(
         cluster_gpus=float(snapshot.nodes.total_gpus),
         user_fairshare=fairshare_factors("user", users, usage, shares),
