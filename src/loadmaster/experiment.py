@@ -22,7 +22,7 @@ from loadmaster.metrics import RunSummary, summarize, wait_reasons
 from loadmaster.model import NodeTable, TraceJob
 from loadmaster.model.usage import PastUsage
 from loadmaster.prefork import Prefork
-from loadmaster.scheduling import Profile, Scheduler
+from loadmaster.scheduling import Profile, Scheduler, scan_kernel
 from loadmaster.scheduling.mig_plan import with_interactive_default
 from loadmaster.sim import RunResult, SimOptions, simulate
 from loadmaster.sim.mig import MigSimOptions
@@ -124,6 +124,19 @@ def _run_parallel(
 
     from loadmaster.parallel import LocalPool, TaskError  # noqa: PLC0415
 
+    if (
+        sum(len(task.jobs) * _reservations(task.profile) for task in tasks)
+        >= scan_kernel.SCANS_BEFORE_LOADING
+    ):
+        # The workers are forked from this process and inherit what it has loaded: the compiled
+        # count of the reservation searches, loaded here once (about 0.5 s of CPU), is then neither
+        # loaded again by each worker nor missed by its first searches (which count with numpy
+        # until a process has made enough of them, scan_kernel.Loader). Asked only where the
+        # reserving profiles are expected to search that often in all (about one search per job
+        # and reservation a profile makes per lane and cycle, the demo's ratio): the rent-or-buy
+        # rule on the run's searches rather than on each worker's. Results do not change: both
+        # counts give the same answers.
+        scan_kernel.KERNELS.load()
     with multiprocessing.get_context("fork").Manager() as manager, LocalPool(workers) as pool:
         queue = manager.Queue()
         # Dearest first (longest processing time first, the classic rule for the makespan of
@@ -159,11 +172,17 @@ def expected_cost(profile: Profile) -> tuple[int, int]:
     blocked job; then a walk that visits every waiting job (not strict); then strict FIFO, which
     looks at a few jobs per cycle. Used only to order work, never to change a result.
     """
-    reserving = "backfill" in profile.actions and bool(profile.reserve)
-    reservations = max(p.reservations_per_lane for p in profile.reserve) if reserving else 0
-    if reserving or "preempt" in profile.actions:
+    reservations = _reservations(profile)
+    if reservations or "preempt" in profile.actions:
         return reservations, 2
     return 0, 0 if any(p.strict for p in profile.order) else 1
+
+
+def _reservations(profile: Profile) -> int:
+    """How many jobs per lane and cycle ``profile``'s backfill reserves for (0: it reserves none)."""
+    if "backfill" not in profile.actions or not profile.reserve:
+        return 0
+    return max(p.reservations_per_lane for p in profile.reserve)
 
 
 def context(cluster: Cluster, workload: Workload, seed: int) -> dict[str, str]:

@@ -21,6 +21,7 @@ from loadmaster.experiment import (
     output_helpers,
     write_outputs,
 )
+from loadmaster.scheduling import scan_kernel
 
 
 def test_two_workers_give_the_same_job_tables_and_full_progress() -> None:
@@ -40,6 +41,35 @@ def test_two_workers_give_the_same_job_tables_and_full_progress() -> None:
                 column
             )
         assert one.summary.mean_wait_s == other.summary.mean_wait_s
+
+
+def test_a_run_expected_to_search_often_loads_the_compiled_count_once_before_the_workers_fork(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """80 jobs under fifo, sds (1 reservation per lane) and slurm (8): about 720 searches expected,
+    fewer than a process makes before loading the count itself; from a lower threshold on, the
+    parent loads it before the fork (once, whatever the number of workers), and the forked workers'
+    runs are those of a serial run."""
+    cluster = load_cluster("lab")
+    workload = load_workload("lab", cluster, jobs=80)
+    profiles = [load_profiles()[name] for name in ("fifo", "sds", "slurm")]
+    serial = compare(cluster, workload, profiles, seed=3)
+    loads: list[int] = []  # this process's loads (a worker appends to its own copy)
+    real_load = scan_kernel.KERNELS.load
+
+    def load() -> scan_kernel.Kernels | None:
+        loads.append(os.getpid())
+        return real_load()
+
+    monkeypatch.setattr(scan_kernel.KERNELS, "load", load)
+    compare(cluster, workload, profiles, seed=3, workers=2)
+    assert loads == []
+    monkeypatch.setattr(scan_kernel, "SCANS_BEFORE_LOADING", 720)
+    parallel = compare(cluster, workload, profiles, seed=3, workers=2)
+    assert loads == [os.getpid()]
+    for one, other in zip(serial, parallel, strict=True):
+        assert np.array_equal(one.result.jobs.start_s, other.result.jobs.start_s)
+        assert np.array_equal(one.result.jobs.node_names, other.result.jobs.node_names)
 
 
 _DIV_ID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
