@@ -95,6 +95,10 @@ class Scheduler:
         self._view_failures = ViewFailures() if "backfill" in profile.actions else None
         """Failed placements kept by the free resources they were tried on (``view_failures``): for
         the backfilling profiles, whose shadows of the cluster come back from cycle to cycle."""
+        self._victim_choices: dict[Hashable, tuple[tuple[int, ...], list[Any]]] | None = (
+            {} if "preempt" in profile.actions else None
+        )
+        """The victims preemption chose, by what the choice reads (preempt._fewest_remembered)."""
         reserve = profile.reserve
         self._pass_interval_s = reserve[0].pass_interval_s if reserve else None
         self._next_pass_s = -math.inf
@@ -272,6 +276,7 @@ class Scheduler:
             searches=self._searches,
             allowed=allowed,
             view_failures=self._view_failures,
+            victim_choices=self._victim_choices,
         )
 
     def _ordered(self, pending: Collection[PendingJob], ctx: CycleContext) -> Collection[PendingJob]:

@@ -83,11 +83,14 @@ class Session:
     (``view_failures``; allocate._place_remembered), or None where the scheduler keeps none."""
     view_content: dict[int, tuple[WorkingState, int, Hashable]] = field(default_factory=dict)
     """The free resources of each state placed on in the cycle, as a key, with the state and the
-    ``state_version`` they were read at (allocate._content)."""
+    ``state_version`` they were read at (allocate.state_content)."""
     mask_bytes: dict[int, tuple[BoolArray, bytes]] = field(default_factory=dict)
-    """Each allowed-node mask of the cycle as bytes, with the mask (allocate._mask_bytes)."""
+    """Each allowed-node mask of the cycle as bytes, with the mask (allocate.mask_content)."""
     as_for_smaller: dict[int, tuple[Status, Status]] = field(default_factory=dict)
     """Each failure (by id, with the object) as the reason of a larger request (allocate.dominated)."""
+    victim_choices: dict[Hashable, tuple[tuple[int, ...], list[Any]]] | None = None
+    """The victims preemption chose (indices in its candidates) by what the choice reads, kept
+    across cycles by the scheduler (preempt._fewest_remembered), or None where it keeps none."""
     fits_now: dict[Hashable, tuple[int, bool]] = field(default_factory=dict)
     """Whether a request fits the cycle's state with no eviction, with the ``state_version``
     it was found at (preempt._fits_now)."""

@@ -519,7 +519,7 @@ def _place_remembered(
     memo, state = session.view_failures, session.ctx.state
     keys: tuple[Hashable, Hashable] | None = None  # the state's content; the mask and the job's key
     if memo is not None and key is not None and state.mig is None:
-        keys = (_content(session, state), (_mask_bytes(session, allowed), key))
+        keys = (state_content(session, state), (mask_content(session, allowed), key))
         known = memo.get(*keys)
         if known is not None:
             return [], known
@@ -531,7 +531,7 @@ def _place_remembered(
     return placed, status
 
 
-def _content(session: Session, state: WorkingState) -> Hashable:
+def state_content(session: Session, state: WorkingState) -> Hashable:
     """The free resources of ``state`` and its node table, as a key: made once per state and bind
     (every change to the cycle's state or to a shadow of it is a bind or an eviction, which bump
     the version; a placement tried on it is rolled back before anything else reads it). Anything
@@ -545,7 +545,7 @@ def _content(session: Session, state: WorkingState) -> Hashable:
     return content
 
 
-def _mask_bytes(session: Session, allowed: BoolArray) -> bytes:
+def mask_content(session: Session, allowed: BoolArray) -> bytes:
     """``allowed`` as bytes, made once per mask and cycle (the masks are kept by Session.allowed)."""
     found = session.mask_bytes.get(id(allowed))
     if found is not None and found[0] is allowed:

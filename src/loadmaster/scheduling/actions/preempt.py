@@ -21,7 +21,14 @@ import numpy as np
 
 from loadmaster.model import MILLI_PER_GPU, PendingJob, RunningJob, TaskPlacement, TaskRequest
 from loadmaster.scheduling import fit
-from loadmaster.scheduling.actions.allocate import admit, allowed_nodes, known_refused, try_place
+from loadmaster.scheduling.actions.allocate import (
+    admit,
+    allowed_nodes,
+    known_refused,
+    mask_content,
+    state_content,
+    try_place,
+)
 from loadmaster.scheduling.decisions import Preempt
 from loadmaster.scheduling.framework import BoolArray
 from loadmaster.scheduling.placement import Scoring, place_job
@@ -53,7 +60,7 @@ def run(session: Session) -> None:
         if not candidates or _fits_now(session, pending, scoring):
             continue  # nobody to evict, or room enough already: it waits on something eviction cannot fix
         tried += 1
-        victims = _fewest(session, pending, candidates, scoring)
+        victims = _fewest_remembered(session, pending, candidates, scoring)
         if victims:
             _evict(session, pending, victims, evicted)
             running = [r for r in running if r.job.id not in evicted]
@@ -193,6 +200,51 @@ def _fewest(
         if fits(rest):
             chosen = rest
     return chosen
+
+
+VICTIM_CHOICES_KEPT = 4096
+"""Choices :func:`_fewest_remembered` keeps across cycles before it starts afresh."""
+
+
+def _fewest_remembered(
+    session: Session, pending: PendingJob, candidates: list[RunningJob], scoring: Scoring
+) -> list[RunningJob]:
+    """:func:`_fewest`, or the choice it made for the same inputs in an earlier cycle.
+
+    The choice reads the cycle's free resources, the allowed nodes, the request and the tasks left,
+    and the candidates in order with their placements; where scores only read the state and no
+    topology plugin places gangs (as :func:`_fits_now` requires), nothing else, and no random draw
+    is skipped. A job that waits on preemption asks it again in every cycle, and most cycles
+    (arrivals, ends elsewhere) leave all of that as it was: ``fair`` on the lab demo asks 38,000
+    times, 55% of them with inputs already seen. Candidates are keyed by job id and the identity
+    of their placements, which the entry keeps alive (a run restarted gets new placements)."""
+    memo, state = session.victim_choices, session.ctx.state
+    if (
+        memo is None
+        or state.mig is not None
+        or session.profile.place_gang is not None
+        or not scoring.pure
+    ):
+        return _fewest(session, pending, candidates, scoring)
+    allowed = allowed_nodes(session, pending.job)
+    if isinstance(allowed, Status):
+        return _fewest(session, pending, candidates, scoring)
+    key = (
+        state_content(session, state),
+        mask_content(session, allowed),
+        pending.job.request,
+        pending.tasks_left,
+        tuple((victim.job.id, id(victim.placements)) for victim in candidates),
+    )
+    found = memo.get(key)
+    if found is not None:
+        return [candidates[i] for i in found[0]]
+    victims = _fewest(session, pending, candidates, scoring)
+    if len(memo) >= VICTIM_CHOICES_KEPT:
+        memo.clear()
+    chosen = {id(victim): i for i, victim in enumerate(candidates)}
+    memo[key] = (tuple(chosen[id(victim)] for victim in victims), [v.placements for v in candidates])
+    return victims
 
 
 class _Room:
