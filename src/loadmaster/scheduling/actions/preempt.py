@@ -219,12 +219,7 @@ def _fewest_remembered(
     times, 55% of them with inputs already seen. Candidates are keyed by job id and the identity
     of their placements, which the entry keeps alive (a run restarted gets new placements)."""
     memo, state = session.victim_choices, session.ctx.state
-    if (
-        memo is None
-        or state.mig is not None
-        or session.profile.place_gang is not None
-        or not scoring.pure
-    ):
+    if memo is None or state.mig is not None or session.profile.place_gang is not None or not scoring.pure:
         return _fewest(session, pending, candidates, scoring)
     allowed = allowed_nodes(session, pending.job)
     if isinstance(allowed, Status):
