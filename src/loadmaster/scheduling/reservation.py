@@ -186,15 +186,11 @@ class HeldSums:
         spans = self._spans
         count = len(self.reservations)
         if spans is None or len(spans[0]) != count:
-            if not count:
-                empty = np.zeros(0, dtype=np.float64)
-                spans = (empty, empty, np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64),
-                         np.zeros(1, dtype=np.int64))  # fmt: skip
-            else:
+            stack = np.zeros((0, width), dtype=np.int64)  # no reservation: no row (the buffers are empty)
+            if count:
                 stack = self._stacked()
                 self._find_nodes(gpus)
-                spans = (self._starts[:count], self._ends[:count], stack, self._nodes, self._upto)
-            self._spans = spans
+            spans = self._spans = (self._starts[:count], self._ends[:count], stack, self._nodes, self._upto)
         return spans
 
     def rows(self, hits: BoolArray) -> IntArray:
